@@ -1,0 +1,1 @@
+"""Grades submissions: checks, chaos runs, reports."""

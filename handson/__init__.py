@@ -1,0 +1,1 @@
+"""The runnable lab: what a learner runs from a terminal."""

