@@ -3,6 +3,8 @@
 The private server lives in its own temporary directory, listens only on a Unix
 socket there, and is told by the kernel to die with the process that started it
 (PR_SET_PDEATHSIG), so even a `kill -9` of the parent leaves no orphan behind.
+It runs in its own session, so a Ctrl-C (SIGINT to the terminal's process group)
+reaches our Python, which stops the server after it has reported, not before.
 
     python -m handson.redis_server            # run one in the foreground
     python -m handson.redis_server --fsync always
@@ -14,6 +16,7 @@ import argparse
 import atexit
 import contextlib
 import ctypes
+import functools
 import os
 import re
 import shutil
@@ -64,9 +67,18 @@ def find_binary() -> str:
         "(`make test` does it) or set REDIS_URL to a server you run.")
 
 
-def _die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
+    """Ask the kernel to SIGKILL this process when its parent goes away.
+
+    Call it in a freshly started child. The kernel ties this to the *thread*
+    that started the child, so start long-lived children from a thread that
+    lives as long as they should (the main one). `parent`: the pid the caller
+    expects as parent; if it is already gone, exit now (closes the race).
+    """
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 class EmbeddedRedis:
@@ -97,13 +109,19 @@ class EmbeddedRedis:
 
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
         self.proc = subprocess.Popen(self._args(), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                                     preexec_fn=_die_with_parent)
+                                     stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL,
+                                     start_new_session=True,   # Ctrl-C is ours
+                                     preexec_fn=functools.partial(
+                                         die_with_parent, os.getpid()))
         deadline = time.monotonic() + timeout
         client = redis.Redis.from_url(self.url, socket_timeout=1)
         while True:
             if self.proc.poll() is not None:
-                log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                log_file = self.dir / "redis.log"
+                log = log_file.read_text(errors="replace")[-2000:] \
+                    if log_file.exists() else "(no log)"
+                self.stop()
                 raise RedisUnavailable(f"redis-server exited at start:\n{log}")
             try:
                 client.ping()
@@ -112,7 +130,8 @@ class EmbeddedRedis:
                 if time.monotonic() > deadline:
                     self.stop()
                     raise RedisUnavailable(
-                        f"redis-server did not answer on {self.url} in {timeout} s")
+                        f"redis-server did not answer on {self.url} in {timeout} s"
+                    ) from None
                 time.sleep(0.02)
         client.close()
         atexit.register(self.stop)
@@ -136,21 +155,35 @@ class EmbeddedRedis:
         return self.start()
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Shut down (SIGTERM, then SIGKILL) and remove the directory.
+
+        The directory goes only once the server has exited, even if a Ctrl-C
+        lands while we wait, so no log line recreates a half-removed directory.
+        """
+        proc = self.proc
+        try:
+            if proc and proc.poll() is None:
+                proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
+        finally:
+            if proc and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def connect(url: str, **kwargs) -> redis.Redis:
     """A client that has answered PING, or a RedisUnavailable that says what to do."""
     kwargs.setdefault("socket_timeout", 30)
     kwargs.setdefault("socket_connect_timeout", 5)
-    client = redis.Redis.from_url(url, **kwargs)
+    try:
+        client = redis.Redis.from_url(url, **kwargs)
+    except ValueError as err:
+        raise RedisUnavailable(
+            f"{url!r} is not a Redis URL ({err}). Use redis://host:port/0 or "
+            "unix:///path/to/redis.sock, or unset REDIS_URL to let the course "
+            "start its own private server.") from None
     try:
         client.ping()
     except (redis.ConnectionError, redis.TimeoutError, OSError) as err:
@@ -173,6 +206,26 @@ def redis_url(appendfsync: str | None = None) -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def cli_redis() -> Iterator[None]:
+    """For a command line: Redis trouble becomes one clear line and exit code 3.
+
+    Covers a server that is not there (RedisUnavailable) and one that dies
+    mid-run (a ConnectionError from any call), never a traceback.
+    """
+    try:
+        yield
+    except RedisUnavailable as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(3) from None
+    except (redis.ConnectionError, redis.TimeoutError) as err:
+        where = os.environ.get("REDIS_URL") or "the private server this command started"
+        print(f"error: lost the connection to Redis at {where} ({err}). Check that "
+              "the server is still running (and has memory left), then run the "
+              "command again.", file=sys.stderr, flush=True)
+        raise SystemExit(3) from None
 
 
 def main(argv: list[str] | None = None) -> int:

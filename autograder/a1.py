@@ -1,0 +1,430 @@
+"""Assignment 1, delivery_semantics: the c01 page's designs, rebuilt by the learner.
+
+The learner defines, in the notebook:
+
+    ack_before_work(jobs) -> Sink        ack_after_work(jobs) -> Sink
+    dedup_key(job_id, attempt)           the key both dedup designs use
+    dedup_outside_tx(jobs) -> Sink       effect, then key: two writes
+    dedup_in_tx(jobs) -> Sink            key and effect in one step
+    window_escapes(window, max_delay=2000, seed=17) -> int
+    lease_doubles(lease_s, n=20_000, seed=31) -> int
+
+The expected numbers are not typed here: `reference()` takes them from
+`handson.c01_job_scheduler` at grade time (the rows its blocks print, and its
+`lease_doubles`), so the grader and the page cannot disagree. A second crash
+stream (full grading only) is judged by the page's claims, not by numbers, so
+a submission cannot pass by printing the page's table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+import re
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from autograder.checks import (
+    Check,
+    Evaluation,
+    cached,
+    notebook_check,
+    notebook_summary,
+    outcome,
+)
+
+NAME = "delivery_semantics"
+CHECKS = [
+    Check("ack_before_work", 2, "ack before work loses the crashed jobs, silently"),
+    Check("ack_after_work", 2, "ack after work loses nothing, doubles the same jobs"),
+    Check("dedup_key_stable", 1, "the dedup key is the same on every attempt"),
+    Check("dedup_outside_tx", 2, "a key written after the effect catches nothing"),
+    Check("dedup_in_tx", 2, "key and effect in one step: 0 lost, 0 doubled"),
+    Check("window_escapes", 3, "a bounded window leaks until it reaches the max delay"),
+    Check("lease_doubles", 2, "without renewal, jobs longer than the lease run twice"),
+]
+DESIGNS = ("ack_before_work", "ack_after_work", "dedup_outside_tx", "dedup_in_tx")
+ROWS = {"ack_before_work": "at-most-once", "ack_after_work": "at-least-once",
+        "dedup_outside_tx": "dedup, non-transactional",
+        "dedup_in_tx": "dedup, transactional"}
+WINDOWS = (100, 500, 1_000, 1_500, 2_000, 5_000)
+QUICK_WINDOWS = (1_000, 2_000)
+ALT_DELAY, ALT_WINDOWS = 1_000, (500, 1_000)      # the claim on another max delay
+LEASES = (5, 15, 30, 60, 300)
+QUICK_LEASES = (5, 300)
+ALT_SEED, ALT_LEASES = 7, (5, 60)
+ALT_CRASH = 0.05                                  # a second crash stream
+CALL_LIMIT_S = 30
+
+
+# --- observing: runs where the learner's code runs (the kernel) ---------------
+
+class _TimeLimit(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _limit(seconds: int):
+    def on_alarm(signum, frame):
+        raise _TimeLimit(f"did not return within {seconds} s (an endless loop?)")
+    try:
+        old = signal.signal(signal.SIGALRM, on_alarm)
+    except ValueError:                  # not the main thread: no alarm available
+        yield
+        return
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _call(ns: dict, fn_name: str, *args):
+    """Call the learner's function; any failure becomes data, never a crash."""
+    fn = ns.get(fn_name)
+    if not callable(fn):
+        return {"error": f"there is no function {fn_name}() in the notebook "
+                         "(did its cell run?)"}
+    try:
+        with _limit(CALL_LIMIT_S):
+            return {"value": fn(*args)}
+    except NotImplementedError:
+        return {"error": f"{fn_name}() still raises NotImplementedError"}
+    except _TimeLimit as err:
+        return {"error": f"{fn_name}() {err}"}
+    except SystemExit as err:
+        return {"error": f"{fn_name}() called sys.exit({err.code!r}); return a "
+                         "value instead"}
+    except BaseException as err:       # noqa: BLE001 - the learner's code
+        tb = traceback.extract_tb(err.__traceback__)[-1:]
+        where = f" (line {tb[0].lineno}: {tb[0].line})" if tb else ""
+        return {"error": f"{fn_name}() raised {type(err).__name__}: {err}{where}"}
+
+
+def _applied(result) -> dict | None:
+    applied = getattr(result, "applied", result)
+    return applied if isinstance(applied, dict) else None
+
+
+def _summarize(result, jobs) -> dict:
+    applied = _applied(result)
+    if applied is None:
+        return {"error": f"returned {type(result).__name__}, not a Sink "
+                         "(or a dict job_id -> times applied)"}
+    ids = [j for j, _ in jobs]
+    return {"lost": sorted(j for j in ids if applied.get(j, 0) == 0),
+            "once": sum(1 for j in ids if applied.get(j, 0) == 1),
+            "dup": sorted(j for j in ids if applied.get(j, 0) > 1)}
+
+
+def observe(ns: dict, quick: bool = False, out_path: str | None = None) -> dict:
+    """Run the learner's functions on the page's stream (and, in full, another).
+
+    With out_path, the observations are written after every call, so a hang or
+    a dead kernel still leaves the ones that finished.
+    """
+    from handson.c01_job_scheduler import stream
+
+    obs: dict = {}
+
+    def record(key, value):
+        obs[key] = value
+        if out_path:
+            with open(out_path, "w") as fh:
+                json.dump(obs, fh, default=repr)
+
+    streams = {"page": stream()} if quick else {"page": stream(),
+                                                 "alt": stream(crash=ALT_CRASH)}
+    for design in DESIGNS:
+        for label, jobs in streams.items():
+            res = _call(ns, design, list(jobs))
+            record(f"{design}:{label}",
+                   _summarize(res["value"], jobs) if "value" in res else res)
+    keys = {}
+    for j in (0, 7, 123, 19_999):
+        a, b = _call(ns, "dedup_key", j, 1), _call(ns, "dedup_key", j, 2)
+        if "error" in a or "error" in b:
+            keys = a if "error" in a else b
+            break
+        keys[str(j)] = {"same": a["value"] == b["value"], "a1": repr(a["value"]),
+                        "a2": repr(b["value"])}
+    if "error" not in keys:
+        firsts = [_call(ns, "dedup_key", j, 1).get("value") for j in (0, 7, 123)]
+        keys = {"pairs": keys, "distinct": len({repr(k) for k in firsts}) == 3}
+    record("dedup_key", keys)
+    for w in (QUICK_WINDOWS if quick else WINDOWS):
+        record(f"window:{w}:2000", _call(ns, "window_escapes", w, 2000, 17))
+    if not quick:
+        for w in ALT_WINDOWS:
+            record(f"window:{w}:{ALT_DELAY}",
+                   _call(ns, "window_escapes", w, ALT_DELAY, 17))
+    for t in (QUICK_LEASES if quick else LEASES):
+        record(f"lease:{t}:31", _call(ns, "lease_doubles", t, 20_000, 31))
+    if not quick:
+        for t in ALT_LEASES:
+            record(f"lease:{t}:{ALT_SEED}", _call(ns, "lease_doubles", t, 20_000,
+                                                  ALT_SEED))
+    return json.loads(json.dumps(obs, default=repr))
+
+
+# --- the reference: numbers computed by handson.c01_job_scheduler -------------
+
+@functools.lru_cache(maxsize=1)
+def reference() -> dict:
+    """The page's numbers, from the page's script, now."""
+    from handson import c01_job_scheduler as c01
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        s = c01.collect(upto=4, show=True)
+        c01.assembly(s)
+    text = out.getvalue()
+    rows = {}
+    for design, label in ROWS.items():
+        m = re.search(rf"^\s+{re.escape(label)}\s+(\d+)\s+(\d+)\s+(\d+)\s+(yes|no)$",
+                      text, re.M)
+        if not m:
+            raise RuntimeError(f"the c01 assembly no longer prints a row '{label}'")
+        rows[design] = tuple(int(x) for x in m.groups()[:3])
+    windows = {int(w.replace(",", "")): int(d) for w, d in re.findall(
+        r"^\s+([\d,]+)\s+\d+ KB\s+(\d+)\s+[\d.]+%$", text, re.M)}
+    if set(windows) != set(WINDOWS):
+        raise RuntimeError("the c01 block 4 table no longer lists windows "
+                           f"{WINDOWS}; found {sorted(windows)}")
+    page = c01.stream()
+    alt = c01.stream(crash=ALT_CRASH)
+    leases = {(t, 31): c01.lease_doubles(t, seed=31) for t in LEASES}
+    leases.update({(t, ALT_SEED): c01.lease_doubles(t, seed=ALT_SEED)
+                   for t in ALT_LEASES})
+    return {"rows": rows, "windows": windows, "leases": leases, "n": c01.N,
+            "crashed": {"page": sorted(j for j, c in page if c),
+                        "alt": sorted(j for j, c in alt if c)}}
+
+
+# --- judging: trusted, pure ---------------------------------------------------
+
+def _ids(ids: list[int], k: int = 5) -> str:
+    head = ", ".join(map(str, ids[:k]))
+    return f"[{head}{', ...' if len(ids) > k else ''}] ({len(ids)} jobs)"
+
+
+def _design(check: Check, obs: dict, ref: dict, quick: bool):
+    name = check.name
+    lost_exp, once_exp, dup_exp = ref["rows"][name]
+    page = obs.get(f"{name}:page", {"error": f"{name}() was not run"})
+    if "error" in page:
+        return outcome(check, False, page["error"])
+    got = (len(page["lost"]), page["once"], len(page["dup"]))
+    crashed = ref["crashed"]["page"]
+    exp_text = f"lost={lost_exp}, once={once_exp}, duplicated={dup_exp}"
+    got_text = f"lost={got[0]}, once={got[1]}, duplicated={got[2]}"
+    hints = {
+        "ack_before_work": "With the ack first, the queue forgets the job before the "
+                           "work; a crash means the effect never happens and nothing "
+                           "redelivers it. Apply only the jobs whose worker survived, "
+                           "once.",
+        "ack_after_work": "With the ack after the work, a crash lands between the "
+                          "effect and the ack, so the job is redelivered and the "
+                          "effect happens again: apply every job, and the crashed "
+                          "ones a second time.",
+        "dedup_outside_tx": "Apply the effect, then record the key as a separate "
+                            "write; the crash lands between them, so the redelivery "
+                            "finds no key and applies again.",
+        "dedup_in_tx": "Record the key and apply the effect together (both or "
+                       "neither): a crash before the commit leaves neither, and the "
+                       "redelivery finds the key only if the effect happened.",
+    }
+    if got != (lost_exp, once_exp, dup_exp):
+        extra = ""
+        if name == "dedup_in_tx" and got[2] == len(crashed):
+            extra = (" Every crashed job was applied twice: either the key and the "
+                     "effect are two writes with the crash between them, or the key "
+                     "changes between attempts (see dedup_key_stable).")
+        return outcome(check, False, hints[name] + extra, exp_text, got_text)
+    if name in ("ack_before_work",) and page["lost"] != crashed:
+        return outcome(check, False, "The right number of jobs was lost, but not "
+                       "the jobs whose worker crashed.", _ids(crashed),
+                       _ids(page["lost"]))
+    if name in ("ack_after_work", "dedup_outside_tx") and page["dup"] != crashed:
+        return outcome(check, False, "The doubled jobs must be exactly the ones whose "
+                       "worker crashed: the same crash window as ack-before-work.",
+                       _ids(crashed), _ids(page["dup"]))
+    if quick:
+        return outcome(check, True)
+    alt = obs.get(f"{name}:alt", {"error": f"{name}() was not run on a second stream"})
+    if "error" in alt:
+        return outcome(check, False, "On a second crash stream: " + alt["error"])
+    crashed_alt = ref["crashed"]["alt"]
+    want = {"ack_before_work": (crashed_alt, []), "ack_after_work": ([], crashed_alt),
+            "dedup_outside_tx": ([], crashed_alt), "dedup_in_tx": ([], [])}[name]
+    if (alt["lost"], alt["dup"]) != want:
+        return outcome(check, False,
+                       f"On a second stream ({ALT_CRASH:.0%} crashes) the page's "
+                       "claim does not hold; is the page's number typed in instead "
+                       "of computed from `jobs`? " + hints[name],
+                       f"lost {_ids(want[0])}, duplicated {_ids(want[1])}",
+                       f"lost {_ids(alt['lost'])}, duplicated {_ids(alt['dup'])}")
+    return outcome(check, True)
+
+
+def _keys(check: Check, obs: dict):
+    k = obs.get("dedup_key", {"error": "dedup_key() was not run"})
+    if "error" in k:
+        return outcome(check, False, k["error"])
+    for j, pair in k["pairs"].items():
+        if not pair["same"]:
+            return outcome(check, False,
+                           "The key changes between attempts, so a redelivery "
+                           "(attempt 2) never finds the key attempt 1 wrote and the "
+                           "dedup does nothing. Build the key from what is stable "
+                           "across deliveries (the job id), never from the attempt "
+                           "number, a timestamp or a fresh uuid.",
+                           f"dedup_key({j}, 1) == dedup_key({j}, 2)",
+                           f"{pair['a1']} != {pair['a2']}")
+    if not k["distinct"]:
+        return outcome(check, False, "Different jobs get the same key, so the dedup "
+                       "would drop real work.", "distinct keys for jobs 0, 7, 123",
+                       "some are equal")
+    return outcome(check, True)
+
+
+def _windows(check: Check, obs: dict, ref: dict, quick: bool):
+    rows_exp, rows_got = [], []
+    for w in (QUICK_WINDOWS if quick else WINDOWS):
+        res = obs.get(f"window:{w}:2000", {"error": "window_escapes() was not run"})
+        if "error" in res:
+            return outcome(check, False, res["error"])
+        rows_exp.append(f"{w}:{ref['windows'][w]}")
+        rows_got.append(f"{w}:{res['value']}")
+    if rows_exp != rows_got:
+        return outcome(check, False,
+                       "Escapes per window (max delay 2000, seed 17) differ from the "
+                       "page. Each crashed job is redelivered rng.randint(1, "
+                       "max_delay) jobs later; the dedup set keeps the last `window` "
+                       "ids (evict the oldest); count jobs applied more than once.",
+                       ", ".join(rows_exp), ", ".join(rows_got))
+    if not quick:
+        got = {w: obs.get(f"window:{w}:{ALT_DELAY}", {}) for w in ALT_WINDOWS}
+        bad = [w for w, g in got.items() if "value" not in g]
+        if bad:
+            return outcome(check, False, got[bad[0]].get("error", "not run"))
+        small, exact = got[ALT_WINDOWS[0]]["value"], got[ALT_WINDOWS[1]]["value"]
+        if not (small > 0 and exact == 0):
+            return outcome(check, False,
+                           f"With max_delay={ALT_DELAY} the claim is that a window "
+                           "below the max delay leaks and a window at it leaks "
+                           "nothing; does window_escapes use its max_delay argument?",
+                           f"window {ALT_WINDOWS[0]}: > 0, window {ALT_WINDOWS[1]}: 0",
+                           f"window {ALT_WINDOWS[0]}: {small}, "
+                           f"window {ALT_WINDOWS[1]}: {exact}")
+    return outcome(check, True)
+
+
+def _leases(check: Check, obs: dict, ref: dict, quick: bool):
+    cases = [(t, 31) for t in (QUICK_LEASES if quick else LEASES)]
+    if not quick:
+        cases += [(t, ALT_SEED) for t in ALT_LEASES]
+    exp, got = [], []
+    for t, seed in cases:
+        res = obs.get(f"lease:{t}:{seed}", {"error": "lease_doubles() was not run"})
+        if "error" in res:
+            return outcome(check, False, res["error"])
+        exp.append(f"{t}s/seed {seed}: {ref['leases'][(t, seed)]}")
+        got.append(f"{t}s/seed {seed}: {res['value']}")
+    if exp != got:
+        return outcome(check, False,
+                       "Draw each job's duration as the page does (95%: "
+                       "expovariate(1/2), 5%: expovariate(1/40), one rng seeded "
+                       "with `seed`); without renewal a job longer than the lease "
+                       "is redelivered and runs twice.", "; ".join(exp),
+                       "; ".join(got))
+    return outcome(check, True)
+
+
+def judge(obs: dict, quick: bool = False) -> list:
+    ref = reference()
+    by = {c.name: c for c in CHECKS}
+    out = [_design(by[d], obs, ref, quick) for d in
+           ("ack_before_work", "ack_after_work")]
+    out.append(_keys(by["dedup_key_stable"], obs))
+    out += [_design(by[d], obs, ref, quick) for d in ("dedup_outside_tx",
+                                                       "dedup_in_tx")]
+    out.append(_windows(by["window_escapes"], obs, ref, quick))
+    out.append(_leases(by["lease_doubles"], obs, ref, quick))
+    return out
+
+
+# --- the notebook side --------------------------------------------------------
+
+def _fingerprint(ns: dict) -> tuple:
+    names = DESIGNS + ("dedup_key", "window_escapes", "lease_doubles")
+    return tuple((n, id(ns.get(n)), id(getattr(ns.get(n), "__code__", None)))
+                 for n in names)
+
+
+def _caller_ns() -> dict:
+    return sys._getframe(2).f_globals
+
+
+def check(name: str) -> None:
+    """A grade cell: full observation (once per kernel), then this one check."""
+    ns = _caller_ns()
+    outcomes = cached(("a1", False, _fingerprint(ns)), lambda: judge(observe(ns)))
+    notebook_check(outcomes, name)
+
+
+def check_all() -> bool:
+    """The learner's check cell: the page's stream only; first failure in full."""
+    ns = _caller_ns()
+    start = time.monotonic()
+    outcomes = judge(observe(ns, quick=True), quick=True)
+    ok = notebook_summary(outcomes)
+    print(f"  ({time.monotonic() - start:.1f} s)")
+    return ok
+
+
+def dump_observations(out_path: str, quick: bool = False) -> None:
+    """The cell the grader appends to a submission: observations to a file."""
+    observe(sys._getframe(1).f_globals, quick=quick, out_path=out_path)
+
+
+# --- the grader side ------------------------------------------------------------
+
+NOTEBOOK_TIMEOUT_S = 300
+OBSERVATIONS = "observations.json"
+
+
+def observe_cell(quick: bool) -> tuple[str, float]:
+    """Code the grader appends to the learner's cells, and its time limit."""
+    return (f"from autograder.a1 import dump_observations\n"
+            f"dump_observations({OBSERVATIONS!r}, quick={quick})", 240)
+
+
+def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
+    path = Path(workdir) / OBSERVATIONS
+    try:
+        obs = json.loads(path.read_text())
+    except (OSError, ValueError):
+        obs = {}
+    missing = "the grader could not observe this function: the notebook stopped " \
+              "before the observation ran (see the problems above)"
+    for key in _expected_keys(quick):
+        obs.setdefault(key, {"error": missing})
+    return Evaluation(judge(obs, quick))
+
+
+def _expected_keys(quick: bool) -> list[str]:
+    keys = [f"{d}:page" for d in DESIGNS] + ["dedup_key"]
+    keys += [f"window:{w}:2000" for w in (QUICK_WINDOWS if quick else WINDOWS)]
+    keys += [f"lease:{t}:31" for t in (QUICK_LEASES if quick else LEASES)]
+    if not quick:
+        keys += [f"{d}:alt" for d in DESIGNS]
+        keys += [f"window:{w}:{ALT_DELAY}" for w in ALT_WINDOWS]
+        keys += [f"lease:{t}:{ALT_SEED}" for t in ALT_LEASES]
+    return keys

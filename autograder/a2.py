@@ -1,0 +1,235 @@
+"""Assignment 2, claim_ack_reap: the learner's queue module, judged by behaviour.
+
+The notebook's `%%writefile myqueue.py` cell writes a real module. It is graded
+by the lab's contract checks (`handson.contract_checks`, one point value per
+check name) and by chaos runs of real worker processes with SIGKILL on that
+module (`handson.chaos`): nothing lost, nothing applied twice with the
+idempotent worker, every dead job with a reason, no stale ack accepted. The
+grader never reads a key: another key layout, or Redis Streams, is fine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from autograder import queue_runs
+from autograder.checks import (
+    Check,
+    Evaluation,
+    cached,
+    not_run,
+    notebook_check,
+    notebook_summary,
+    outcome,
+)
+
+NAME = "claim_ack_reap"
+MODULE_FILE = "myqueue.py"
+CONTRACT_CHECKS = [
+    Check("enqueue_idempotent", 1, "the same job id enqueued twice is one job"),
+    Check("claim_returns_payload_and_attempt", 1,
+          "claim gives (job_id, payload, attempt), None when empty"),
+    Check("attempt_grows", 1, "each claim of a job has a larger attempt number"),
+    Check("zombie_ack_refused", 2, "an ack from an expired attempt is refused"),
+    Check("zombie_fail_refused", 1, "a fail from an expired attempt is refused"),
+    Check("owner_ack_after_zombie", 1, "the current owner's ack still succeeds"),
+    Check("reap_requeues_expired", 1, "reap puts expired leases back to pending"),
+    Check("reap_atomic_concurrent", 2,
+          "concurrent reapers requeue each expired job once"),
+    Check("claim_atomic_concurrent", 2,
+          "concurrent claimers never get the same job"),
+    Check("poison_to_dlq_with_reason", 2,
+          "a job that keeps failing lands in the DLQ with its error"),
+    Check("killed_attempt_counts", 2,
+          "a worker killed mid-job has used an attempt"),
+    Check("bound_refuses", 1, "enqueue past the bound is refused"),
+]
+CHAOS_CHECKS = [
+    Check("chaos_nothing_lost", 2, "kill -9 chaos: every job applied or dead"),
+    Check("chaos_applied_once", 2, "kill -9 chaos: no job applied twice (idempotent)"),
+    Check("chaos_dead_have_reasons", 1, "kill -9 chaos: every dead job has a reason"),
+    Check("chaos_no_stale_ack", 1, "kill -9 chaos: no ack from an old attempt accepted"),
+]
+CHECKS = CONTRACT_CHECKS + CHAOS_CHECKS
+INVARIANTS = {"chaos_nothing_lost": ("lost",),
+              "chaos_applied_once": ("applied_twice", "unexpected"),
+              "chaos_dead_have_reasons": ("dead_without_reason",),
+              "chaos_no_stale_ack": ("stale_ack_accepted",)}
+# claim and enqueue first: if they hang or fail, nothing else can be judged.
+GATE = ("enqueue_idempotent", "claim_returns_payload_and_attempt")
+
+
+def chaos_args(seed: int, quick: bool) -> list[str]:
+    """Real workers on the learner's module; heartbeats are assignment 3."""
+    docs = "300" if quick else "600"
+    return ["4", "--docs", docs, "--seed", str(seed), "--kill-every", "0.25",
+            "--lease-s", "1.0", "--iters", "500", "--drain-timeout-s", "40",
+            "--pause-every", "0.5", "--no-heartbeat"]
+
+
+SEEDS, QUICK_SEEDS = (1, 2), (1,)
+CHAOS_TIMEOUT_S = 70
+
+
+def _db(url: str, index: int) -> str:
+    """The same server, another database number."""
+    return f"{url}{'&' if '?' in url else '?'}db={index}"
+
+
+def _blocked(res: dict | None) -> bool:
+    """A gate check that hung, crashed or hit a stub: nothing else can run."""
+    if res is None:
+        return True
+    got = res.get("got", "")
+    return (not res["ok"]) and any(s in got for s in (
+        "NotImplementedError", "no answer after", "exited with code",
+        "does not meet the queue contract", "syntax error", "importing "))
+
+
+def _contract_outcomes(results: dict, checks: list[Check]) -> list:
+    out = []
+    for c in checks:
+        res = results.get(c.name)
+        if res is None:
+            out.append(outcome(c, False, "this check did not report (its run was "
+                                         "stopped); see the problems above"))
+        else:
+            out.append(outcome(c, res["ok"], res.get("hint") or c.title,
+                               res.get("expected", ""), res.get("got", "")))
+    return out
+
+
+def _chaos_outcomes(reports: list[dict], shown_path: str, real_path: str) -> tuple:
+    out, invariants, replay = [], {}, ""
+    for c in CHAOS_CHECKS:
+        ok, message, witnesses, expected, got = True, "", [], "", ""
+        for rep in reports:
+            rep_replay = rep.get("replay", "").replace(real_path, shown_path)
+            if rep.get("verdict") == "unknown":
+                ok = False
+                message = ("the chaos run's verdict is unknown (never a pass): "
+                           + (rep.get("reason") or "it did not drain in time"))
+                replay = replay or rep_replay
+                break
+            for inv in INVARIANTS[c.name]:
+                data = rep.get("invariants", {}).get(inv, {})
+                if data.get("ok") is not True:
+                    ok = False
+                    message = (f"invariant {inv} broken in {data.get('count', '?')} "
+                               f"job(s) (chaos seed {rep.get('seed')}); the "
+                               "witnesses are those jobs' histories")
+                    witnesses = list(data.get("witnesses", []))[:3]
+                    expected, got = "0 jobs", f"{data.get('count', '?')} jobs"
+                    replay = replay or rep_replay
+                    break
+            if not ok:
+                break
+        out.append(outcome(c, ok, message, expected, got, witnesses, replay))
+    for rep in reports:                 # False beats unknown (None) beats True
+        unknown = rep.get("verdict") == "unknown"
+        for name, data in rep.get("invariants", {}).items():
+            vals = (invariants.get(name, True), None if unknown else data.get("ok"))
+            invariants[name] = (False if False in vals else
+                                None if None in vals else True)
+    return out, invariants, replay
+
+
+def evaluate_file(path: str, redis_url: str, quick: bool,
+                  shown_path: str = MODULE_FILE) -> Evaluation:
+    """Probe, contract checks, chaos runs: each sandboxed, each with a limit."""
+    if not Path(path).exists():
+        return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
+                                          f"`%%writefile {shown_path}` cell (or "
+                                          "restore it) so the grader has a module"))
+    probe = queue_runs.probe(path)
+    if not probe["ok"]:
+        return Evaluation(not_run(CHECKS, probe["error"].replace(path, shown_path)),
+                          [probe["error"].replace(path, shown_path)])
+    problems: list[str] = []
+    gate, left = queue_runs.contract(path, redis_url, list(GATE), timeout=60)
+    rest_names = [c.name for c in CONTRACT_CHECKS if c.name not in GATE]
+    gate_ok = not any(_blocked(gate.get(n)) for n in GATE)
+    if gate_ok:
+        # The chaos runs use their own databases, so they run alongside the
+        # checks (which flush theirs): most of both is waiting on leases.
+        seeds = QUICK_SEEDS if quick else SEEDS
+        with ThreadPoolExecutor(max_workers=len(seeds)) as pool:
+            runs = [pool.submit(queue_runs.chaos, path, _db(redis_url, i + 1),
+                                chaos_args(seed, quick), CHAOS_TIMEOUT_S)
+                    for i, seed in enumerate(seeds)]
+            rest, left2 = queue_runs.contract(path, redis_url, rest_names,
+                                              timeout=240)
+            reports = [f.result() for f in runs]
+    else:
+        rest, left2 = {}, []
+        why = "; ".join(f"{n}: {gate[n]['got']}" for n in GATE
+                        if _blocked(gate.get(n)) and n in gate) or "no report"
+        problems.append("enqueue/claim hang, crash or are not written yet, so the "
+                        f"other checks and the chaos run were skipped ({why})")
+    for leftover in (left + left2)[:3]:
+        problems.append(f"a check left a process behind (killed): {leftover}")
+    outcomes = _contract_outcomes({**gate, **rest}, CONTRACT_CHECKS)
+    if not gate_ok:
+        skipped = ("skipped: enqueue and claim must return first (see the first "
+                   "checks)")
+        for o in outcomes:
+            if o.name not in GATE and o.name not in rest:
+                o.message = skipped
+        return Evaluation(outcomes + not_run(CHAOS_CHECKS, skipped), problems)
+    chaos_out, invariants, replay = _chaos_outcomes(reports, shown_path, path)
+    return Evaluation(outcomes + chaos_out, problems, invariants, replay)
+
+
+# --- the grader side ------------------------------------------------------------
+
+NOTEBOOK_TIMEOUT_S = 120
+
+
+def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
+    return evaluate_file(str(Path(workdir) / MODULE_FILE), redis_url, quick)
+
+
+# --- the notebook side ------------------------------------------------------------
+
+def _run_here(path: str, quick: bool) -> Evaluation:
+    from handson.redis_server import EmbeddedRedis
+
+    server = EmbeddedRedis().start()
+    try:
+        return evaluate_file(str(Path(path).resolve()), server.url, quick,
+                             shown_path=path)
+    finally:
+        server.stop()
+
+
+def _key(path: str, quick: bool) -> tuple:
+    with contextlib.suppress(OSError):
+        return ("a2", quick, hashlib.sha256(Path(path).read_bytes()).hexdigest())
+    return ("a2", quick, None)
+
+
+def check(name: str, path: str = MODULE_FILE) -> None:
+    """A grade cell: the full run once per kernel (per file content)."""
+    ev = cached(_key(path, False), lambda: _run_here(path, False))
+    for p in ev.problems:
+        print("!", p)
+    notebook_check(ev.outcomes, name)
+
+
+def check_all(path: str = MODULE_FILE) -> bool:
+    """The learner's check cell: every contract check, one smaller chaos run."""
+    start = time.monotonic()
+    ev = _run_here(path, True)
+    for p in ev.problems:
+        print("!", p)
+    ok = notebook_summary(ev.outcomes)
+    if ev.replay:
+        print(f"\nReplay the chaos run: {ev.replay}")
+    print(f"  ({time.monotonic() - start:.1f} s)")
+    sys.stdout.flush()
+    return ok

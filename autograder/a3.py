@@ -1,0 +1,220 @@
+"""Assignment 3, heartbeats: `extend` and the worker's renewal thread.
+
+The notebook's `%%writefile heartbeat.py` cell writes a whole queue module: the
+reference queue (`handson.q`) re-exported, plus the learner's
+
+    extend(r, job_id, attempt, lease_s) -> bool
+    run_with_heartbeat(r, queue, job_id, attempt, lease_s, work) -> bool
+
+It is graded by the lab's contract checks on extend (a zombie's extend is
+refused, a late heartbeat never resurrects a reaped lease, a heartbeat keeps a
+lease for ten leases) and by `autograder.heartbeat_trial`: real worker
+processes running 1 s jobs on 0.2 s leases, and one frozen with SIGSTOP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+from autograder import queue_runs, sandbox
+from autograder.checks import (
+    Check,
+    Evaluation,
+    cached,
+    not_run,
+    notebook_check,
+    notebook_summary,
+    outcome,
+)
+from autograder.heartbeat_trial import LEASE_S, WORK_S
+
+NAME = "heartbeats"
+MODULE_FILE = "heartbeat.py"
+CONTRACT_CHECKS = [
+    Check("zombie_extend_refused", 2,
+          "an extend from an expired attempt is refused and moves nothing"),
+    Check("extend_does_not_resurrect", 2,
+          "a late heartbeat never brings back a reaped lease"),
+    Check("heartbeat_keeps_lease", 1, "heartbeats at lease/3 keep a lease for 10 leases"),
+]
+TRIAL_CHECKS = [
+    Check("stops_when_lease_lost", 2,
+          "when extend says no, the work is told to stop and the job is abandoned"),
+    Check("long_jobs_run_once", 3,
+          f"{WORK_S:g} s jobs on a {LEASE_S:g} s lease: never reaped, never run twice"),
+    Check("frozen_worker_refused", 3,
+          "a worker frozen past its lease stops on waking; its ack is refused; "
+          "one effect"),
+]
+CHECKS = CONTRACT_CHECKS + TRIAL_CHECKS
+TRIAL_TIMEOUT_S = 120
+
+
+def _trial_outcomes(data: dict) -> list:
+    by = {c.name: c for c in TRIAL_CHECKS}
+    out = []
+
+    s = data.get("stops", {"crashed": "the trial did not report"})
+    c = by["stops_when_lease_lost"]
+    if "crashed" in s:
+        out.append(outcome(c, False, "the trial could not run: " + s["crashed"]))
+    elif s["error"]:
+        out.append(outcome(c, False, f"run_with_heartbeat raised {s['error']}"))
+    elif s["held"] is not False or s["stopped_after"] is None:
+        out.append(outcome(
+            c, False, "extend answered False on the 3rd heartbeat, but the work was "
+            "not told to stop or the function did not return False. When extend "
+            "returns False, set the `stop` event the work watches, and return False "
+            "so the caller abandons the job (no commit, no ack).",
+            "stop set, returns False after ~3 heartbeats",
+            f"returned {s['held']!r} after {s['elapsed']:.2f} s; stop "
+            f"{'set' if s['stopped_after'] is not None else 'never set'}"))
+    elif s["elapsed"] > 6 * LEASE_S:
+        out.append(outcome(c, False, "it stopped, but too late: heartbeat every "
+                           "lease_s / 3 and stop at the first refused extend.",
+                           f"about {LEASE_S:g} s", f"{s['elapsed']:.2f} s"))
+    elif s["threads_left"] > 0:
+        out.append(outcome(c, False, "a heartbeat thread was still running after "
+                           "run_with_heartbeat returned: end it (an Event it waits "
+                           "on) and join it before returning.", "0 threads left",
+                           f"{s['threads_left']} left"))
+    else:
+        out.append(outcome(c, True))
+
+    lj = data.get("long_jobs", {"crashed": "the trial did not report"})
+    c = by["long_jobs_run_once"]
+    if "crashed" in lj:
+        out.append(outcome(c, False, "the trial could not run: " + lj["crashed"]))
+    else:
+        twice = sorted({j for j, a in lj["claims"] if a > 1})
+        effects = {j: len(v) for j, v in lj["effects"].items()}
+        bad_acks = [j for j, ok in lj["acks"] if not ok]
+        ok = (not twice and lj["requeued"] == 0 and not bad_acks
+              and effects == {f"long-{i}": 1 for i in range(lj["jobs"])})
+        if ok:
+            out.append(outcome(c, True))
+        else:
+            witnesses = [f"{j}: claimed with attempts "
+                         f"{[a for jj, a in lj['claims'] if jj == j]}" for j in twice]
+            out.append(outcome(
+                c, False, "with a heartbeat every lease_s / 3 a lease of "
+                f"{LEASE_S:g} s must survive {WORK_S:g} s of work: "
+                + ("; ".join(lj["errors"][:2]) + "; " if lj["errors"] else "")
+                + "check that extend pushes the deadline to the server's now + "
+                "lease_s and that the heartbeat thread starts before the work.",
+                f"{lj['jobs']} jobs claimed once each, reaped 0, one effect each, "
+                "every ack True",
+                f"claimed twice: {twice or 'none'}, reaped {lj['requeued']}, "
+                f"effects {effects}, refused acks {bad_acks or 'none'}", witnesses))
+
+    fz = data.get("frozen", {"crashed": "the trial did not report"})
+    c = by["frozen_worker_refused"]
+    if "crashed" in fz:
+        out.append(outcome(c, False, "the trial could not run: " + fz["crashed"]))
+    else:
+        first = {e["ev"]: e for e in fz["first"]}
+        n_effects = len(fz["effects"].get("frozen-job", []))
+        stale_ack = first.get("ack", {}).get("ok")
+        held = first.get("result", {}).get("held")
+        history = [f"{e['ev']}(attempt {e.get('attempt')}"
+                   + (f", held={e['held']}" if "held" in e else "")
+                   + (f", ok={e['ok']}" if "ok" in e else "") + ")"
+                   for e in fz["first"]]
+        witness = "frozen worker: " + " -> ".join(history)
+        if n_effects == 1 and held is False and stale_ack is False:
+            out.append(outcome(c, True))
+        else:
+            out.append(outcome(
+                c, False, "the worker frozen past its lease must find out on waking "
+                "that the lease is gone (extend returns False) and give up: "
+                "run_with_heartbeat returns False, the work stops, no commit. "
+                "Check the lease once more after the work returns, before the "
+                "caller commits.",
+                "frozen worker: held=False, ack refused; the job's effect once",
+                f"held={held}, ack ok={stale_ack}, effects={n_effects}",
+                [witness] + fz.get("errors", [])[:1]))
+    return out
+
+
+def evaluate_file(path: str, redis_url: str, quick: bool,
+                  shown_path: str = MODULE_FILE) -> Evaluation:
+    if not Path(path).exists():
+        return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
+                                          f"`%%writefile {shown_path}` cell"))
+    probe = queue_runs.probe(path)
+    if not probe["ok"]:
+        msg = probe["error"].replace(path, shown_path)
+        return Evaluation(not_run(CHECKS, msg), [msg])
+    results, left = queue_runs.contract(path, redis_url,
+                                        [c.name for c in CONTRACT_CHECKS], timeout=120)
+    outcomes = []
+    for c in CONTRACT_CHECKS:
+        res = results.get(c.name)
+        if res is None:
+            outcomes.append(outcome(c, False, "this check did not report (stopped)"))
+        else:
+            outcomes.append(outcome(c, res["ok"], res.get("hint") or c.title,
+                                    res.get("expected", ""), res.get("got", "")))
+    fin = sandbox.run([sys.executable, "-m", "autograder.heartbeat_trial", path,
+                       redis_url, "--json"], timeout=TRIAL_TIMEOUT_S)
+    try:
+        data = json.loads(fin.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        why = (f"did not finish in {TRIAL_TIMEOUT_S} s" if fin.timed_out
+               else f"ended without a report: {fin.tail(300)}")
+        data = {k: {"crashed": f"the heartbeat trial {why}"}
+                for k in ("stops", "long_jobs", "frozen")}
+    problems = [f"left behind (killed): {x}" for x in (left + fin.leftovers)[:3]]
+    return Evaluation(outcomes + _trial_outcomes(data), problems)
+
+
+# --- the grader side ------------------------------------------------------------
+
+NOTEBOOK_TIMEOUT_S = 120
+
+
+def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
+    return evaluate_file(str(Path(workdir) / MODULE_FILE), redis_url, quick)
+
+
+# --- the notebook side ------------------------------------------------------------
+
+def _run_here(path: str, quick: bool) -> Evaluation:
+    from handson.redis_server import EmbeddedRedis
+
+    server = EmbeddedRedis().start()
+    try:
+        return evaluate_file(str(Path(path).resolve()), server.url, quick,
+                             shown_path=path)
+    finally:
+        server.stop()
+
+
+def _key(path: str) -> tuple:
+    with contextlib.suppress(OSError):
+        return ("a3", hashlib.sha256(Path(path).read_bytes()).hexdigest())
+    return ("a3", None)
+
+
+def check(name: str, path: str = MODULE_FILE) -> None:
+    """A grade cell: the checks and the trial once per kernel (per file content)."""
+    ev = cached(_key(path), lambda: _run_here(path, False))
+    for p in ev.problems:
+        print("!", p)
+    notebook_check(ev.outcomes, name)
+
+
+def check_all(path: str = MODULE_FILE) -> bool:
+    """The learner's check cell: the same checks and trial, first failure in full."""
+    start = time.monotonic()
+    ev = _run_here(path, True)
+    for p in ev.problems:
+        print("!", p)
+    ok = notebook_summary(ev.outcomes)
+    print(f"  ({time.monotonic() - start:.1f} s)")
+    return ok

@@ -1,0 +1,179 @@
+"""Checks, their outcomes, and the two ways a learner meets them.
+
+An assignment module (`autograder.a1`, ...) declares `CHECKS` (name, points,
+title), an `observe(...)` that runs the learner's code and returns plain data,
+and a `judge(observations, quick)` that turns the data into one `Outcome` per
+check. Judging is pure and trusted; observing is where untrusted code runs, and
+the grader only ever does it in a sandboxed process.
+
+The notebook's grade cells call `check(NAME)` (each assignment module wraps
+`notebook_check` below): it observes once per kernel, judges, and raises
+AssertionError with the learner-actionable message, so nbgrader's points and
+`python -m autograder grade`'s points come from the same `judge`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Check:
+    """One graded property: its stable name (= the grade cell's id) and points."""
+
+    name: str
+    points: int
+    title: str
+
+
+@dataclass
+class Outcome:
+    """The verdict on one check, with what the learner needs to act on it."""
+
+    name: str
+    title: str
+    max_points: int
+    ok: bool
+    message: str = ""                 # what went wrong and what to do about it
+    expected: str = ""
+    got: str = ""
+    witnesses: list[str] = field(default_factory=list)
+    replay: str = ""
+
+    @property
+    def points(self) -> int:
+        return self.max_points if self.ok else 0
+
+    def explain(self) -> str:
+        """The failure as one readable block: message, expected vs got, witnesses."""
+        lines = [f"{self.name}: {self.message or self.title}"]
+        if self.expected or self.got:
+            lines += [f"  expected: {self.expected}", f"  got:      {self.got}"]
+        for w in self.witnesses[:3]:
+            lines.append("  witness:  " + w.replace("\n", "\n            "))
+        if self.replay:
+            lines.append(f"  replay:   {self.replay}")
+        return "\n".join(lines)
+
+
+def outcome(check: Check, ok: bool, message: str = "", expected="", got="",
+            witnesses=(), replay: str = "") -> Outcome:
+    return Outcome(check.name, check.title, check.points, bool(ok),
+                   "" if ok else message, str(expected), str(got),
+                   list(witnesses), "" if ok else replay)
+
+
+@dataclass
+class Evaluation:
+    """What an assignment's evaluate() returns to the grader."""
+
+    outcomes: list[Outcome]
+    problems: list[str] = field(default_factory=list)
+    invariants: dict = field(default_factory=dict)
+    replay: str = ""
+
+
+def not_run(checks, reason: str) -> list[Outcome]:
+    """Zero for every check that could not run, each saying why."""
+    return [outcome(c, False, reason) for c in checks]
+
+
+@dataclass
+class GradeResult:
+    """A graded submission: outcomes per check, problems, invariants, replay."""
+
+    assignment: str
+    submission: str
+    outcomes: list[Outcome]
+    problems: list[str] = field(default_factory=list)
+    invariants: dict = field(default_factory=dict)     # name -> ok/None
+    replay: str = ""
+    elapsed_s: float = 0.0
+    quick: bool = False
+
+    @property
+    def score(self) -> int:
+        return sum(o.points for o in self.outcomes)
+
+    @property
+    def max_score(self) -> int:
+        return sum(o.max_points for o in self.outcomes)
+
+    def points(self) -> dict[str, int]:
+        return {o.name: o.points for o in self.outcomes}
+
+    def to_json(self) -> str:
+        data = {"assignment": self.assignment, "submission": self.submission,
+                "score": self.score, "max_score": self.max_score,
+                "quick": self.quick, "elapsed_s": round(self.elapsed_s, 2),
+                "problems": self.problems, "invariants": self.invariants,
+                "replay": self.replay,
+                "checks": [dict(asdict(o), points=o.points) for o in self.outcomes]}
+        return json.dumps(data, indent=2)
+
+    def text(self) -> str:
+        width = max(len(o.name) for o in self.outcomes) if self.outcomes else 10
+        lines = [f"{self.assignment}: {self.submission}"
+                 + ("  (quick check: fewer seeds, smaller chaos run)"
+                    if self.quick else "")]
+        for p in self.problems:
+            lines.append(f"  ! {p}")
+        lines.append("")
+        for o in self.outcomes:
+            mark = "PASS" if o.ok else "FAIL"
+            lines.append(f"  [{mark}] {o.name:<{width}}  {o.points:>2}/{o.max_points:<2}"
+                         f"  {o.title}")
+        lines.append(f"  score {self.score}/{self.max_score}"
+                     f"  ({self.elapsed_s:.1f} s)")
+        if self.invariants:
+            lines.append("")
+            lines.append("  chaos invariants: " + ", ".join(
+                f"{k}={'ok' if v is True else 'BROKEN' if v is False else 'unknown'}"
+                for k, v in self.invariants.items()))
+        failed = [o for o in self.outcomes if not o.ok]
+        if failed:
+            lines += ["", "What to fix:"]
+            for o in failed:
+                lines.append("  " + o.explain().replace("\n", "\n  "))
+        if self.replay:
+            lines += ["", f"Replay the chaos run: {self.replay}"]
+        return "\n".join(lines)
+
+
+# --- the notebook side -------------------------------------------------------
+
+_CACHE: dict = {}
+
+
+def cached(key, compute):
+    """Observe once per kernel per submission state: every grade cell reuses it."""
+    if key not in _CACHE:
+        _CACHE.clear()
+        _CACHE[key] = compute()
+    return _CACHE[key]
+
+
+def notebook_check(outcomes: list[Outcome], name: str) -> None:
+    """A grade cell: print the pass, or raise with what to fix."""
+    by_name = {o.name: o for o in outcomes}
+    if name not in by_name:
+        raise KeyError(f"no check named {name!r}; known: {', '.join(by_name)}")
+    o = by_name[name]
+    if not o.ok:
+        raise AssertionError("\n" + o.explain())
+    print(f"[PASS] {o.name}  {o.points}/{o.max_points}  {o.title}")
+
+
+def notebook_summary(outcomes: list[Outcome]) -> bool:
+    """The learner's check cell: a table, then the first failure in full."""
+    for o in outcomes:
+        print(f"  [{'PASS' if o.ok else 'FAIL'}] {o.name:<34} "
+              f"{o.points:>2}/{o.max_points:<2} {o.title}")
+    total = sum(o.points for o in outcomes)
+    print(f"  {total}/{sum(o.max_points for o in outcomes)} points on the quick run "
+          "(the grader runs more seeds)")
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        print("\nFirst failure:\n" + failed[0].explain())
+    return not failed

@@ -1,0 +1,113 @@
+"""Grade one submission: run the learner's cells in a sandbox, then judge.
+
+    result = grade("submitted/ada/claim_ack_reap/claim_ack_reap.ipynb")
+    print(result.text())
+
+Every run gets its own temporary directory and its own embedded Redis; the
+learner's notebook runs in a sandboxed kernel (`autograder.sandbox`), and
+everything it started is killed when it ends. Test cells are never run here:
+the assignment's `evaluate` judges from outside, and a test cell that was
+edited or deleted scores zero for its check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from autograder import assignments, notebook, sandbox
+from autograder.checks import GradeResult, Outcome, outcome
+from handson.redis_server import EmbeddedRedis
+
+
+def _execution_problems(summary: dict, finished: sandbox.Finished,
+                        timeout: float) -> list[str]:
+    problems = []
+    for err in summary.get("errors", []):
+        problems.append(f"{err['cell']} raised {err['ename']}: {err['evalue']}"[:400])
+    for cell in summary.get("timed_out", []):
+        problems.append(f"{cell} ran past its time limit and was interrupted (an "
+                        "endless loop?); the cells after it still ran")
+    if summary.get("kernel_died"):
+        problems.append(f"the kernel died in {summary['kernel_died']} (os._exit, a "
+                        "crash, or the memory limit); the cells after it did not run")
+    if finished.timed_out:
+        problems.append(f"the notebook did not finish within {timeout:.0f} s and was "
+                        "killed")
+    elif not summary and finished.returncode != 0:
+        problems.append("the notebook could not be executed: " + finished.tail(400))
+    if finished.leftovers:
+        shown = "; ".join(finished.leftovers[:3])
+        problems.append(f"the notebook left {len(finished.leftovers)} process(es) "
+                        f"running after it ended (all killed): {shown}")
+    return problems
+
+
+def run_learner_cells(nb, module, workdir: Path, quick: bool) -> list[str]:
+    """Execute the learner's cells (plus the observe cell) in the sandbox."""
+    runnable = notebook.learner_cells(nb)
+    make_cell = getattr(module, "observe_cell", None)
+    if make_cell:
+        code, limit = make_cell(quick)
+        cell = nbformat.v4.new_code_cell(code)
+        cell.metadata["autograder"] = {"timeout": limit}
+        runnable.cells.append(cell)
+    src = workdir / "submission.ipynb"
+    nbformat.write(runnable, str(src))
+    summary_path = workdir / "execution.json"
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    timeout = module.NOTEBOOK_TIMEOUT_S
+    finished = sandbox.run(
+        [sys.executable, "-m", "autograder.run_notebook", str(src),
+         str(workdir / "executed.ipynb"), str(summary_path), "--cell-timeout", "60"],
+        timeout=timeout, cwd=workdir, env=env)
+    try:
+        summary = json.loads(summary_path.read_text())
+    except (OSError, ValueError):
+        summary = {}
+    return _execution_problems(summary, finished, timeout)
+
+
+def grade(path: str | Path, quick: bool = False, progress=None) -> GradeResult:
+    """Grade a notebook (or an assignment folder holding one)."""
+    start = time.monotonic()
+    say = progress or (lambda msg: None)
+    nb_path = notebook.resolve(path)
+    nb = notebook.read(nb_path)
+    name = notebook.assignment_of(nb, nb_path)
+    module = assignments.load(name)
+    problems: list[str] = []
+    tampered: dict[str, str] = {}
+    source = notebook.source_notebook(name)
+    if source is None:
+        problems.append("the source notebook is not available, so test cells were "
+                        "not compared with it")
+    else:
+        tampered = notebook.integrity(nb, notebook.read(source))
+        problems += list(tampered.values())
+    with tempfile.TemporaryDirectory(prefix=f"eo-grade-{name}-") as tmp:
+        workdir = Path(tmp)
+        say(f"running the learner's cells of {nb_path.name}")
+        problems += run_learner_cells(nb, module, workdir, quick)
+        server = EmbeddedRedis().start()
+        try:
+            say("judging")
+            ev = module.evaluate(workdir, server.url, quick)
+        finally:
+            server.stop()
+    outcomes: list[Outcome] = []
+    checks = {c.name: c for c in module.CHECKS}
+    for o in ev.outcomes:
+        if o.name in tampered:
+            o = outcome(checks[o.name], False, tampered[o.name])
+        outcomes.append(o)
+    return GradeResult(assignment=name, submission=str(nb_path), outcomes=outcomes,
+                       problems=problems + ev.problems, invariants=ev.invariants,
+                       replay=ev.replay, elapsed_s=time.monotonic() - start,
+                       quick=quick)

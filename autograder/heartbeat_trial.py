@@ -1,0 +1,288 @@
+"""Real processes on a learner's heartbeat module: long jobs, short leases, SIGSTOP.
+
+The module (assignment 3's `heartbeat.py`) is a whole queue (it re-exports the
+reference queue) with the learner's `extend` and
+`run_with_heartbeat(r, queue, job_id, attempt, lease_s, work) -> bool`.
+Runs INSIDE the sandbox:
+
+    python -m autograder.heartbeat_trial heartbeat.py REDIS_URL --json
+
+Three trials, each judged from the events the worker processes log:
+
+- long_jobs: jobs of 1 s on a lease of 0.2 s, two workers, a reaper every
+  50 ms: with the heartbeat no job is reaped, none is claimed twice, each
+  effect happens once and each ack succeeds.
+- frozen: a worker is frozen with SIGSTOP past its lease while it works; the
+  job is reaped and done by a second worker; the first is resumed. It must
+  stop on its own (run_with_heartbeat returns False), its ack is refused, and
+  the job's effect happens once.
+- stops: run_with_heartbeat against a queue whose extend starts answering
+  False must stop the work and return False within a few heartbeats, and
+  leave no thread running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from handson.contract import load_queue
+from handson.redis_server import connect
+
+LEASE_S = 0.2
+WORK_S = 1.0
+LONG_JOBS = 4
+FREEZE_S = 1.0                    # five leases
+FROZEN_WORK_S = 2.0               # still working when it wakes up
+
+
+def _log(path: Path, **event) -> None:
+    event["t"] = time.monotonic()
+    with open(path, "a") as fh:
+        fh.write(json.dumps(event) + "\n")
+
+
+def _events(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+def worker(module: str, url: str, db: str, events: Path, max_jobs: int,
+           idle_s: float, work_s: float) -> None:
+    """Claim, run with the learner's heartbeat, commit the effect, ack."""
+    q = load_queue(module)
+    r = connect(url)
+    con = sqlite3.connect(db, timeout=30, isolation_level=None)
+    pid = os.getpid()
+    done, idle_since = 0, time.monotonic()
+    while done < max_jobs and time.monotonic() - idle_since < idle_s:
+        job = q.claim(r, LEASE_S)
+        if job is None:
+            time.sleep(0.02)
+            continue
+        job_id, _, attempt = job
+        _log(events, ev="claim", pid=pid, job=job_id, attempt=attempt)
+
+        def work(stop: threading.Event) -> None:
+            end = time.monotonic() + work_s
+            while time.monotonic() < end:
+                if stop.is_set():
+                    _log(events, ev="stopped", pid=pid, job=job_id, attempt=attempt)
+                    return
+                time.sleep(0.01)
+
+        try:
+            held = q.run_with_heartbeat(r, q, job_id, attempt, LEASE_S, work)
+        except Exception as err:  # noqa: BLE001 - the learner's code
+            _log(events, ev="error", pid=pid, job=job_id, attempt=attempt,
+                 error=f"{type(err).__name__}: {err}")
+            held = False
+        _log(events, ev="result", pid=pid, job=job_id, attempt=attempt,
+             held=bool(held))
+        if held:
+            con.execute("INSERT INTO effects VALUES (?, ?, ?)", (job_id, attempt, pid))
+        acked = bool(q.ack(r, job_id, attempt))
+        _log(events, ev="ack", pid=pid, job=job_id, attempt=attempt, ok=acked,
+             after_abandon=not held)
+        done += 1
+        idle_since = time.monotonic()
+    _log(events, ev="exit", pid=pid)
+
+
+def _spawn(module: str, url: str, db: str, events: Path, max_jobs: int,
+           idle_s: float, work_s: float = WORK_S) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "autograder.heartbeat_trial", "--worker", module, url,
+         "--db", db, "--events", str(events), "--max-jobs", str(max_jobs),
+         "--idle-s", str(idle_s), "--work-s", str(work_s)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _wait(procs: list[subprocess.Popen], timeout: float) -> list[str]:
+    """Wait for the workers; kill any that overstay. Their stderr tails."""
+    deadline = time.monotonic() + timeout
+    tails = []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            tails.append(f"a worker was still running after {timeout:g} s (killed)")
+        if p.returncode not in (0, -signal.SIGKILL) and err:
+            tails.append(err.decode(errors="replace").strip()[-400:])
+    return tails
+
+
+def _setup(tmp: Path, name: str) -> tuple[str, Path]:
+    db = str(tmp / f"{name}.db")
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE effects (job_id TEXT, attempt INT, pid INT)")
+    con.commit()
+    con.close()
+    return db, tmp / f"{name}.jsonl"
+
+
+def _effects(db: str) -> dict[str, list]:
+    out: dict[str, list] = {}
+    con = sqlite3.connect(db)
+    for job_id, attempt, pid in con.execute("SELECT * FROM effects"):
+        out.setdefault(job_id, []).append((attempt, pid))
+    con.close()
+    return out
+
+
+class _Reaper(threading.Thread):
+    def __init__(self, q, r):
+        super().__init__(daemon=True)
+        self.q, self.r, self.requeued, self.dead = q, r, 0, 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(0.05):
+            with contextlib.suppress(Exception):
+                a, b = self.q.reap(self.r, 3)
+                self.requeued += a
+                self.dead += b
+
+
+def long_jobs(module: str, url: str, tmp: Path) -> dict:
+    q, r = load_queue(module), connect(url)
+    r.flushdb()
+    db, events = _setup(tmp, "long")
+    for i in range(LONG_JOBS):
+        q.enqueue(r, {"doc_id": i}, f"long-{i}")
+    reaper = _Reaper(q, r)
+    reaper.start()
+    procs = [_spawn(module, url, db, events, LONG_JOBS, 3.0) for _ in range(2)]
+    errors = _wait(procs, 30)
+    reaper.halt.set()
+    reaper.join(5)
+    ev = _events(events)
+    claims = [(e["job"], e["attempt"]) for e in ev if e["ev"] == "claim"]
+    return {"claims": claims, "requeued": reaper.requeued, "dead": reaper.dead,
+            "effects": _effects(db),
+            "results": [(e["job"], e["held"]) for e in ev if e["ev"] == "result"],
+            "acks": [(e["job"], e["ok"]) for e in ev if e["ev"] == "ack"],
+            "errors": [e["error"] for e in ev if e["ev"] == "error"] + errors,
+            "jobs": LONG_JOBS}
+
+
+def frozen(module: str, url: str, tmp: Path) -> dict:
+    q, r = load_queue(module), connect(url)
+    r.flushdb()
+    db, events = _setup(tmp, "frozen")
+    q.enqueue(r, {"doc_id": 1}, "frozen-job")
+    reaper = _Reaper(q, r)
+    reaper.start()
+    a = _spawn(module, url, db, events, 1, 5.0, FROZEN_WORK_S)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not any(
+            e["ev"] == "claim" for e in _events(events)):
+        time.sleep(0.02)
+    time.sleep(0.1)
+    os.kill(a.pid, signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    b = _spawn(module, url, db, events, 1, 5.0, FROZEN_WORK_S)
+    time.sleep(FREEZE_S)
+    os.kill(a.pid, signal.SIGCONT)
+    resumed_at = time.monotonic()
+    errors = _wait([a, b], 30)
+    reaper.halt.set()
+    reaper.join(5)
+    ev = _events(events)
+    first = [e for e in ev if e.get("pid") == a.pid]
+    return {"frozen_pid": a.pid, "frozen_at": frozen_at, "resumed_at": resumed_at,
+            "first": first, "second": [e for e in ev if e.get("pid") == b.pid],
+            "effects": _effects(db), "requeued": reaper.requeued,
+            "errors": [e["error"] for e in ev if e["ev"] == "error"] + errors}
+
+
+class _Refusing:
+    """A queue whose extend says yes `grant` times, then no: the lease is lost."""
+
+    def __init__(self, grant: int):
+        self.grant, self.calls = grant, 0
+
+    def extend(self, r, job_id, attempt, lease_s) -> bool:
+        self.calls += 1
+        return self.calls <= self.grant
+
+
+def stops(module: str, url: str) -> dict:
+    q, r = load_queue(module), connect(url)
+    before = threading.active_count()
+    fake = _Refusing(grant=2)
+    seen = {"stopped_after": None}
+    start = time.monotonic()
+
+    def work(stop: threading.Event) -> None:
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:
+            if stop.is_set():
+                seen["stopped_after"] = time.monotonic() - start
+                return
+            time.sleep(0.01)
+
+    try:
+        held = q.run_with_heartbeat(r, fake, "job-x", 1, LEASE_S, work)
+        error = ""
+    except Exception as err:  # noqa: BLE001 - the learner's code
+        held, error = None, f"{type(err).__name__}: {err}"
+    elapsed = time.monotonic() - start
+    time.sleep(0.3)
+    return {"held": held, "elapsed": elapsed, "stopped_after": seen["stopped_after"],
+            "extend_calls": fake.calls, "threads_left": threading.active_count()
+            - before, "error": error}
+
+
+def trial(module: str, url: str) -> dict:
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="eo-hb-") as tmp:
+        for name, fn in (("stops", lambda: stops(module, url)),
+                         ("long_jobs", lambda: long_jobs(module, url, Path(tmp))),
+                         ("frozen", lambda: frozen(module, url, Path(tmp)))):
+            try:
+                out[name] = fn()
+            except Exception:  # noqa: BLE001 - reported, never a crash
+                out[name] = {"crashed": traceback.format_exc()[-600:]}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("module")
+    p.add_argument("url")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--db", help=argparse.SUPPRESS)
+    p.add_argument("--events", help=argparse.SUPPRESS)
+    p.add_argument("--max-jobs", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--idle-s", type=float, default=3.0, help=argparse.SUPPRESS)
+    p.add_argument("--work-s", type=float, default=WORK_S, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        worker(args.module, args.url, args.db, Path(args.events), args.max_jobs,
+               args.idle_s, args.work_s)
+        return 0
+    print(json.dumps(trial(args.module, args.url), indent=None if args.json else 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Assignment idempotent_claims: the learner's claim table and stale-claim policy.
+
+The notebook's `%%writefile myclaims.py` cell writes a module with
+
+    POLICY = "hold" | "duplicate" | "miss" | "lookup"     # chosen in advance
+    send_confirmation(db, mailer, key, now, lease_s, pause) -> str
+    award_points(db, key, now, lease_s, pause) -> str
+
+It is graded by behaviour: `python -m handson.replay_matrix --job myclaims.py
+--json` (in the sandbox) runs the replay matrix's seven cases with real worker
+processes on the learner's code, kills them with SIGKILL at the named points,
+and reports what the mail provider counted and what the tables hold. The
+grader reads the module's POLICY in a separate sandboxed probe; it never
+imports the learner's code itself. The numbers a policy must produce in cases
+5 and 6 are the lab's (`handson.replay_matrix.POLICY_EMAILS`), which the test
+suite pins to the specification.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from autograder import sandbox
+from autograder.checks import (
+    Check,
+    Evaluation,
+    Outcome,
+    cached,
+    not_run,
+    notebook_check,
+    notebook_summary,
+    outcome,
+)
+from handson.replay_matrix import POLICY_EMAILS, POLICY_STATUS
+
+NAME = "idempotent_claims"
+MODULE_FILE = "myclaims.py"
+CHECKS = [
+    Check("first_delivery", 1, "case 1: the first delivery sends once, completed"),
+    Check("repeat_after_success", 1, "case 2: the same message after success skips"),
+    Check("two_workers_at_once", 2, "case 3: two processes at once, one email"),
+    Check("different_order", 1, "case 4: ORD-1002 is its own key: two emails"),
+    Check("dies_before_email", 2,
+          "case 5: killed after the claim; after the lease, your policy's count"),
+    Check("dies_after_email", 2,
+          "case 6: killed after the email; after the lease, your policy's count"),
+    Check("young_claim_skipped", 2,
+          "case 7: a redelivery inside the lease sends nothing and takes nothing"),
+    Check("same_transaction_effect", 2,
+          "a database effect: claim, row and status in one transaction"),
+]
+NOTEBOOK_TIMEOUT_S = 120
+RUN_TIMEOUT_S = 150
+KEY = "ORD-1001"
+
+PROBE = """
+import json, sys
+from handson.learner_module import ModuleProblem, load
+try:
+    m = load(sys.argv[1], ("POLICY", "send_confirmation", "award_points"))
+    print(json.dumps({"ok": True, "policy": str(m.POLICY)}))
+except ModuleProblem as err:
+    print(json.dumps({"ok": False, "error": str(err)}))
+except BaseException as err:
+    print(json.dumps({"ok": False, "error": f"importing {sys.argv[1]} raised "
+                                            f"{type(err).__name__}: {err}"}))
+"""
+
+
+# --- observing (in the sandbox) -------------------------------------------------
+
+def _last_json(text: str) -> dict | None:
+    for line in reversed(text.strip().splitlines()):
+        with contextlib.suppress(ValueError):
+            data = json.loads(line)
+            if isinstance(data, dict):
+                return data
+    return None
+
+
+def probe(path: str) -> dict:
+    fin = sandbox.run([sys.executable, "-c", PROBE, path], timeout=30)
+    return _last_json(fin.stdout) or {
+        "ok": False, "error": f"loading {path} did not finish: {fin.tail(300)}"}
+
+
+def observe(path: str, policy: str, timeout: float = RUN_TIMEOUT_S) -> dict:
+    """Every case of the matrix on the learner's module, as the lab reports it."""
+    with tempfile.TemporaryDirectory(prefix="eo-claims-") as tmp:
+        fin = sandbox.run([sys.executable, "-m", "handson.replay_matrix", "--job",
+                           path, "--policy", policy, "--json",
+                           "--db", str(Path(tmp) / "jobs.sqlite")],
+                          timeout=timeout, cwd=tmp)
+    data = _last_json(fin.stdout)
+    if data is None:
+        why = (f"did not finish within {timeout:g} s" if fin.timed_out else
+               f"ended with exit code {fin.returncode}: {fin.tail(400)}")
+        return {"error": f"the replay run {why}"}
+    return data
+
+
+# --- judging (pure) -------------------------------------------------------------
+
+def _case(obs: dict, name: str) -> tuple[dict | None, str]:
+    data = obs.get(name)
+    if data is None:
+        return None, obs.get("error", f"case {name} did not report")
+    if "error" in data:
+        return None, f"case {name}: a worker failed: {data['error'][-600:]}"
+    return data, ""
+
+
+def _statuses(data: dict) -> list[str]:
+    return [status for _, status, _ in data["records"]]
+
+
+def judge(obs: dict, policy: str) -> list[Outcome]:
+    by = {c.name: c for c in CHECKS}
+    out = []
+
+    def simple(check: str, case: str, emails: int, record: str, what: str):
+        data, err = _case(obs, case)
+        if data is None:
+            return outcome(by[check], False, err)
+        got = f"{data['emails']} email(s), record {data['record_cell']}"
+        want = f"{emails} email(s), record {record}"
+        return outcome(by[check], data["emails"] == emails
+                       and data["record_cell"] == record, what, want, got)
+
+    out.append(simple("first_delivery", "1", 1, "completed",
+                      "one delivery should claim, send once and mark completed"))
+    out.append(simple("repeat_after_success", "2", 1, "completed",
+                      "a completed record must stop the second delivery"))
+    out.append(simple("two_workers_at_once", "3", 1, "completed",
+                      "two processes released together: the unique key lets one "
+                      "claim; the other must read a young claim and stop"))
+    out.append(simple("different_order", "4", 2, "two, both completed",
+                      "ORD-1002 is a different operation key and must be sent"))
+    for check, case, i in (("dies_before_email", "5", 0),
+                           ("dies_after_email", "6", 1)):
+        data, err = _case(obs, case)
+        if data is None:
+            out.append(outcome(by[check], False, err))
+            continue
+        want_emails = POLICY_EMAILS[policy][i]
+        want_status = POLICY_STATUS[policy]
+        held = data["held"] == [KEY]
+        ok = (data["emails"] == want_emails and _statuses(data) == [want_status]
+              and held == (policy == "hold"))
+        out.append(outcome(
+            by[check], ok,
+            f"with POLICY = {policy!r} the stale claim (redelivered past the "
+            "lease) must end as the policy says"
+            + (" and be parked in held_operations" if policy == "hold" else ""),
+            f"{want_emails} email(s), status {want_status}, held: "
+            f"{policy == 'hold'}",
+            f"{data['emails']} email(s), status {_statuses(data)}, held: {held}"))
+    cases = [_case(obs, f"7:{p}") for p in ("after-claim", "after-email")]
+    errors = [err for data, err in cases if data is None]
+    if errors:
+        out.append(outcome(by["young_claim_skipped"], False, errors[0]))
+    else:
+        got = [f"{d['emails_cell']} / {d['record_cell']} / held {d['held']}"
+               for d, _ in cases]
+        ok = all(d["emails_cell"] == "same" and d["record_cell"] == "claimed (young)"
+                 and not d["held"] for d, _ in cases)
+        out.append(outcome(
+            by["young_claim_skipped"], ok,
+            "a claim younger than the lease may belong to a live worker: the "
+            "redelivery must stop, not send, not hold, not take the claim over",
+            "same emails / claimed (young) / held [] (after either crash)",
+            " | ".join(got)))
+    cases = [_case(obs, f"points:{p}") for p in ("after-claim", "after-effect")]
+    errors = [err for data, err in cases if data is None]
+    if errors:
+        out.append(outcome(by["same_transaction_effect"], False, errors[0]))
+    else:
+        got = [f"{d['ledger']} ledger row(s), record {d['points_records']}"
+               for d, _ in cases]
+        ok = all(d["ledger"] == 1 and d["points_records"] == [[KEY, "completed"]]
+                 for d, _ in cases)
+        out.append(outcome(
+            by["same_transaction_effect"], ok,
+            "killed after the claim or after the ledger row, then redelivered "
+            "inside and after the lease: put the claim, the row and the status "
+            "change in ONE transaction (`with db.transaction():`) so a crash "
+            "leaves nothing and the redelivery applies it once",
+            "1 ledger row, record completed (after either crash)",
+            " | ".join(got)))
+    return out
+
+
+def evaluate_file(path: str, quick: bool = False,
+                  shown_path: str = MODULE_FILE) -> Evaluation:
+    if not Path(path).exists():
+        return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
+                                          f"`%%writefile {shown_path}` cell"))
+    found = probe(path)
+    if not found.get("ok"):
+        why = found.get("error", "").replace(path, shown_path)
+        return Evaluation(not_run(CHECKS, why), [why])
+    policy = found["policy"]
+    if policy not in POLICY_EMAILS:
+        why = (f"POLICY is {policy!r}; write down one of "
+               f"{', '.join(POLICY_EMAILS)}")
+        return Evaluation(not_run(CHECKS, why), [why])
+    obs = observe(str(Path(path).resolve()), policy)
+    problems = [obs["error"]] if "error" in obs else []
+    return Evaluation(judge(obs, policy), problems)
+
+
+# --- the grader side ------------------------------------------------------------
+
+def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
+    return evaluate_file(str(Path(workdir) / MODULE_FILE), quick)
+
+
+# --- the notebook side ----------------------------------------------------------
+
+def _key(path: str) -> tuple:
+    with contextlib.suppress(OSError):
+        return (NAME, hashlib.sha256(Path(path).read_bytes()).hexdigest())
+    return (NAME, None)
+
+
+def check(name: str, path: str = MODULE_FILE) -> None:
+    """A grade cell: one replay run per kernel (per file content)."""
+    ev = cached(_key(path), lambda: evaluate_file(path, shown_path=path))
+    for p in ev.problems:
+        print("!", p)
+    notebook_check(ev.outcomes, name)
+
+
+def check_all(path: str = MODULE_FILE) -> bool:
+    """The learner's check cell: the same run and judge as the grader."""
+    start = time.monotonic()
+    ev = evaluate_file(path, shown_path=path)
+    for p in ev.problems:
+        print("!", p)
+    ok = notebook_summary(ev.outcomes)
+    print(f"  ({time.monotonic() - start:.1f} s)")
+    sys.stdout.flush()
+    return ok

@@ -1,0 +1,204 @@
+"""Assignment outbox_relay: the learner's outbox save, relay and consumer, killed.
+
+The notebook's `%%writefile myoutbox.py` cell writes a module with
+
+    save_document(db, doc_id, body, pause)   # document + outbox row, one transaction
+    relay_once(db, r, queue, pause) -> int   # publish unsent rows, then mark them
+    summarize(db, doc_id) -> bool            # the consumer's effect, once per doc
+
+on the tables `handson.outbox.setup` makes. It is graded by behaviour:
+`python -m handson.outbox_runs --module myoutbox.py --json` (in the sandbox,
+on the grader's own Redis) kills the save handler between its two inserts and
+the relay between publishing a row and recording it, each with SIGKILL at the
+named point `pause("between", n)`, delivers every job twice to the consumer,
+and commits outbox rows out of id order while the relay polls. Every piece of
+the learner's code runs in its own worker process; the grader imports none of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from autograder import sandbox
+from autograder.checks import (
+    Check,
+    Evaluation,
+    Outcome,
+    cached,
+    not_run,
+    notebook_check,
+    notebook_summary,
+    outcome,
+)
+
+NAME = "outbox_relay"
+MODULE_FILE = "myoutbox.py"
+CHECKS = [
+    Check("save_atomic", 2,
+          "handler killed between its inserts: no document without its job"),
+    Check("relay_nothing_lost", 3,
+          "relay killed between publish and mark: every document still delivered"),
+    Check("relay_kills_effects_once", 1,
+          "relay killed, end to end: duplicates delivered, none applied twice"),
+    Check("effects_once", 2, "every job delivered twice: each document summarized once"),
+    Check("no_skip_out_of_order", 3,
+          "rows committed out of id order: the relay publishes every one"),
+]
+NOTEBOOK_TIMEOUT_S = 120
+RUN_TIMEOUT_S = 180
+PAUSE_HINT = ("call pause('between', n) at the named point (save_document: after "
+              "the document insert, n = doc_id; relay_once: after publishing a "
+              "row, n = its outbox id)")
+
+
+# --- observing (in the sandbox) -------------------------------------------------
+
+def observe(path: str, redis_url: str, timeout: float = RUN_TIMEOUT_S) -> dict:
+    """The lab's outbox experiments on the learner's module, as plain data."""
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["REDIS_URL"] = redis_url
+    fin = sandbox.run([sys.executable, "-m", "handson.outbox_runs", "--module",
+                       path, "--json"], timeout=timeout, env=env)
+    for line in reversed(fin.stdout.strip().splitlines()):
+        with contextlib.suppress(ValueError):
+            data = json.loads(line)
+            if isinstance(data, dict):
+                return data
+    why = (f"did not finish within {timeout:g} s" if fin.timed_out else
+           f"ended with exit code {fin.returncode}: {fin.tail(400)}")
+    return {"error": f"the outbox run {why}"}
+
+
+# --- judging (pure) -------------------------------------------------------------
+
+def _run(obs: dict, name: str) -> tuple[dict | None, str]:
+    data = obs.get(name)
+    if data is None:
+        return None, obs.get("error", f"{name} did not report")
+    if "error" in data:
+        err = data["error"][-600:]
+        if "expected 'paused between" in err:
+            err += f"; {PAUSE_HINT}"
+        return None, f"{name}: {err}"
+    return data, ""
+
+
+def judge(obs: dict) -> list[Outcome]:
+    by = {c.name: c for c in CHECKS}
+    out = []
+    d, err = _run(obs, "save_killed")
+    if d is None:
+        out.append(outcome(by["save_atomic"], False, err))
+    else:
+        out.append(outcome(
+            by["save_atomic"],
+            d["documents_without_job"] == 0 and d["jobs_without_document"] == 0
+            and d["documents"] == d["jobs"],
+            "write the document and its outbox row in ONE transaction "
+            "(`with db.transaction():`), so a kill between them leaves neither",
+            "0 documents without a job, 0 jobs without a document",
+            f"{d['documents_without_job']} documents without a job, "
+            f"{d['jobs_without_document']} jobs without a document "
+            f"({d['kills']} kills)"))
+    d, err = _run(obs, "relay_killed")
+    if d is None:
+        out.append(outcome(by["relay_nothing_lost"], False, err))
+        out.append(outcome(by["relay_kills_effects_once"], False, err))
+    else:
+        out.append(outcome(
+            by["relay_nothing_lost"], d["lost"] == 0,
+            "publish first, then record the row as sent (or delete it): a relay "
+            "killed between the two must publish the row again, never forget it",
+            "0 documents never delivered",
+            f"{d['lost']} of {d['documents']} never delivered "
+            f"({d['relay_kills']} relay kills)"))
+        out.append(outcome(
+            by["relay_kills_effects_once"], d["duplicate_effects"] == 0,
+            "the relay's duplicates must be absorbed by the consumer's key",
+            "0 documents summarized twice",
+            f"{d['duplicate_effects']} summarized twice "
+            f"({d['duplicate_deliveries']} duplicate deliveries)"))
+    d, err = _run(obs, "doubled_deliveries")
+    if d is None:
+        out.append(outcome(by["effects_once"], False, err))
+    else:
+        out.append(outcome(
+            by["effects_once"],
+            d["duplicate_effects"] == 0 and d["effects"] == d["documents"],
+            "write the consumer's key (summarized) and the effect (summaries) in "
+            "one transaction, and apply the effect only when the key is new",
+            f"{d['documents']} summaries for {d['documents']} documents",
+            f"{d['effects']} summaries, {d['duplicate_effects']} duplicated"))
+    d, err = _run(obs, "out_of_order")
+    if d is None:
+        out.append(outcome(by["no_skip_out_of_order"], False, err))
+    else:
+        out.append(outcome(
+            by["no_skip_out_of_order"], d["skipped"] == 0,
+            "ids are taken before commit, so a smaller id can commit after a "
+            "larger one was published: select the rows not yet sent, not "
+            "`id > last published id`",
+            f"all {d['writers']} rows published",
+            f"{d['skipped']} of {d['writers']} never published "
+            f"(commit order {d['commit_order']})"))
+    return out
+
+
+def evaluate_file(path: str, redis_url: str, quick: bool = False,
+                  shown_path: str = MODULE_FILE) -> Evaluation:
+    if not Path(path).exists():
+        return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
+                                          f"`%%writefile {shown_path}` cell"))
+    obs = observe(str(Path(path).resolve()), redis_url)
+    problems = [obs["error"]] if "error" in obs else []
+    return Evaluation(judge(obs), problems)
+
+
+# --- the grader side ------------------------------------------------------------
+
+def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
+    return evaluate_file(str(Path(workdir) / MODULE_FILE), redis_url, quick)
+
+
+# --- the notebook side ----------------------------------------------------------
+
+def _run_here(path: str) -> Evaluation:
+    from handson.redis_server import EmbeddedRedis
+
+    server = EmbeddedRedis().start()
+    try:
+        return evaluate_file(path, server.url, shown_path=path)
+    finally:
+        server.stop()
+
+
+def _key(path: str) -> tuple:
+    with contextlib.suppress(OSError):
+        return (NAME, hashlib.sha256(Path(path).read_bytes()).hexdigest())
+    return (NAME, None)
+
+
+def check(name: str, path: str = MODULE_FILE) -> None:
+    """A grade cell: one run per kernel (per file content)."""
+    ev = cached(_key(path), lambda: _run_here(path))
+    for p in ev.problems:
+        print("!", p)
+    notebook_check(ev.outcomes, name)
+
+
+def check_all(path: str = MODULE_FILE) -> bool:
+    """The learner's check cell: the same run and judge as the grader."""
+    start = time.monotonic()
+    ev = _run_here(path)
+    for p in ev.problems:
+        print("!", p)
+    ok = notebook_summary(ev.outcomes)
+    print(f"  ({time.monotonic() - start:.1f} s)")
+    sys.stdout.flush()
+    return ok

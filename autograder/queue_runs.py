@@ -1,0 +1,106 @@
+"""Run the lab's judges on a learner's queue file, each in the sandbox.
+
+Three steps, each a subprocess under `autograder.sandbox` with its own limit:
+
+- `probe`: can the file be loaded as a queue at all (syntax, import, the
+  seven functions)? Uses `handson.contract.load_queue`, so the message is the
+  one the lab gives.
+- `contract`: `handson.contract_checks.run_checks` on the file, as JSON.
+- `chaos`: `python -m handson.chaos ... --json` on the file: real workers,
+  real SIGKILLs, a verdict per invariant.
+
+Nothing here judges; the assignment modules turn the data into points.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from autograder import sandbox
+
+PROBE = """
+import json, sys
+from handson.contract import ContractError, load_queue
+try:
+    load_queue(sys.argv[1])
+    print(json.dumps({"ok": True}))
+except ContractError as err:
+    print(json.dumps({"ok": False, "error": str(err)}))
+except BaseException as err:
+    kind = "called sys.exit()" if isinstance(err, SystemExit) else \\
+        f"raised {type(err).__name__}: {err}"
+    print(json.dumps({"ok": False, "error": f"importing {sys.argv[1]} {kind}"}))
+"""
+
+CONTRACT = """
+import json, sys
+from dataclasses import asdict
+from handson.contract_checks import run_checks
+names = sys.argv[3].split(",")
+timeout = float(sys.argv[4]) if sys.argv[4] != "-" else None
+for name in names:
+    res = run_checks(sys.argv[1], sys.argv[2], only=[name], timeout=timeout)[0]
+    print(json.dumps(asdict(res)), flush=True)
+"""
+
+
+def _env(redis_url: str | None) -> dict:
+    env = dict(os.environ)
+    env.pop("REDIS_URL", None)
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    return env
+
+
+def probe(path: str, timeout: float = 30) -> dict:
+    """{"ok": True} or {"ok": False, "error": why} for loading the file."""
+    fin = sandbox.run([sys.executable, "-c", PROBE, path], timeout=timeout,
+                      env=_env(None))
+    for line in reversed(fin.stdout.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    if fin.timed_out:
+        return {"ok": False, "error": f"importing {path} did not finish in "
+                                      f"{timeout:g} s (an endless loop at import?)"}
+    return {"ok": False, "error": f"importing {path} ended the process (exit code "
+                                  f"{fin.returncode}): {fin.tail(300)}"}
+
+
+def contract(path: str, redis_url: str, names: list[str], timeout: float,
+             per_check_s: float | None = None) -> tuple[dict, list[str]]:
+    """name -> CheckResult dict for each check that reported; plus leftovers."""
+    fin = sandbox.run([sys.executable, "-c", CONTRACT, path, redis_url,
+                       ",".join(names), str(per_check_s) if per_check_s else "-"],
+                      timeout=timeout, env=_env(redis_url))
+    results = {}
+    for line in fin.stdout.splitlines():
+        try:
+            res = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(res, dict) and "name" in res:
+            results[res["name"]] = res
+    return results, fin.leftovers
+
+
+def chaos(path: str, redis_url: str, args: list[str], timeout: float) -> dict:
+    """The chaos report as a dict; verdict "unknown" with a reason if none came."""
+    fin = sandbox.run([sys.executable, "-m", "handson.chaos", *args, "--queue", path,
+                       "--json"], timeout=timeout, env=_env(redis_url))
+    try:
+        start = fin.stdout.index("{")
+        report = json.loads(fin.stdout[start:])
+    except ValueError:
+        why = (f"did not finish within {timeout:g} s" if fin.timed_out else
+               f"ended with exit code {fin.returncode} and no report: "
+               f"{fin.tail(300)}")
+        return {"verdict": "unknown", "reason": f"the chaos run {why}",
+                "invariants": {}, "replay": "", "stats": {}}
+    report.setdefault("replay", "")
+    if fin.leftovers:
+        report["leftovers"] = fin.leftovers
+    return report

@@ -1,0 +1,92 @@
+"""Execute a notebook cell by cell with nbclient; record what went wrong where.
+
+Runs INSIDE the sandbox (`autograder.sandbox`), never in the grader's process:
+
+    python -m autograder.run_notebook IN.ipynb OUT.ipynb SUMMARY.json \\
+        --cell-timeout 60
+
+Errors do not stop the run (a learner's broken cell must not hide the cells
+after it). A cell that runs past its limit (`metadata.autograder.timeout`, else
+--cell-timeout) is interrupted and recorded as a `CellTimeout` error, and the
+run goes on; a kernel that dies ends the run. The summary names the cells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+
+def _cell_id(cell, index: int) -> str:
+    nbg = cell.get("metadata", {}).get("nbgrader", {})
+    return nbg.get("grade_id") or f"cell {index + 1}"
+
+
+def execute(src: str, dst: str, summary_path: str, cell_timeout: float) -> dict:
+    nb = nbformat.read(src, as_version=4)
+    cwd = os.path.dirname(os.path.abspath(src))
+    def timeout_of(cell) -> float:
+        return cell.get("metadata", {}).get("autograder", {}).get("timeout",
+                                                                  cell_timeout)
+
+    client = NotebookClient(
+        nb, timeout_func=timeout_of, allow_errors=True, kernel_name="python3",
+        resources={"metadata": {"path": cwd}}, interrupt_on_timeout=True,
+        error_on_timeout={"ename": "CellTimeout",
+                          "evalue": "the cell ran past its time limit and was "
+                                    "interrupted (an endless loop?)",
+                          "traceback": []},
+        shutdown_kernel="immediate")
+    summary: dict = {"errors": [], "timed_out": [], "kernel_died": None,
+                     "executed": 0}
+    try:
+        with client.setup_kernel():
+            for index, cell in enumerate(nb.cells):
+                if cell.cell_type != "code":
+                    continue
+                try:
+                    client.execute_cell(cell, index)
+                except CellTimeoutError:
+                    summary["timed_out"].append(_cell_id(cell, index))
+                    break
+                except DeadKernelError:
+                    summary["kernel_died"] = _cell_id(cell, index)
+                    break
+                summary["executed"] += 1
+                for out in cell.get("outputs", []):
+                    if out.get("ename") == "CellTimeout":
+                        summary["timed_out"].append(_cell_id(cell, index))
+                    elif out.get("output_type") == "error":
+                        summary["errors"].append({
+                            "cell": _cell_id(cell, index), "index": index,
+                            "ename": out.get("ename", ""),
+                            "evalue": str(out.get("evalue", ""))[:500]})
+    except DeadKernelError as err:
+        summary["kernel_died"] = summary["kernel_died"] or f"kernel: {err}"
+    except RuntimeError as err:           # kernel failed to start
+        summary["kernel_died"] = summary["kernel_died"] or f"kernel: {err}"
+    nbformat.write(nb, dst)
+    with open(summary_path, "w") as fh:
+        json.dump(summary, fh)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("summary")
+    p.add_argument("--cell-timeout", type=float, default=60)
+    args = p.parse_args(argv)
+    execute(args.src, args.dst, args.summary, args.cell_timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Each system under test: how to fill it, how to count what is left, how to work.
+
+A system is three functions. `fill(r, n)` enqueues n no-op jobs before any
+worker starts; `remaining(r)` counts jobs still waiting, read straight from the
+broker's list so the probe costs the same for everyone; `work()` runs in a
+worker process (one job at a time, as a single-threaded worker) until killed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import redis
+
+from handson import q
+from handson.bench import tasks
+
+LEASE_S = 60.0
+BATCH = 100
+FILL_CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    fill: Callable[[redis.Redis, int], None]
+    remaining: Callable[[redis.Redis], int]
+    work: Callable[[], None]
+    needs: str | None = None          # the peer package it needs, if any
+    batched: bool = False
+
+    def missing(self) -> str | None:
+        """Why this system cannot run here, or None."""
+        if self.needs and importlib.util.find_spec(self.needs) is None:
+            return (f"{self.needs} is not installed (make bench installs it from "
+                    "handson/bench/requirements-bench.txt)")
+        return None
+
+
+def _client() -> redis.Redis:
+    return redis.Redis.from_url(tasks.url())
+
+
+# -- the reference queue ---------------------------------------------------------
+
+def _ref_fill(r: redis.Redis, n: int) -> None:
+    q.reset(r)
+    q.enqueue(r, {}, job_id="j0", max_pending=n + 1)   # loads the script
+    for start in range(1, n, FILL_CHUNK):
+        pipe = r.pipeline(transaction=False)
+        for i in range(start, min(n, start + FILL_CHUNK)):
+            q.enqueue(pipe, {}, job_id=f"j{i}", max_pending=n + 1)
+        pipe.execute()
+
+
+def _ref_remaining(r: redis.Redis) -> int:
+    return r.llen(q.PENDING)
+
+
+def _ref_work() -> None:
+    r = _client()
+    while True:
+        job = q.claim(r, LEASE_S)
+        if job is None:
+            time.sleep(0.001)
+            continue
+        job_id, _payload, attempt = job
+        tasks.noop()
+        q.ack(r, job_id, attempt)
+
+
+def _ref_work_batched() -> None:
+    r = _client()
+    while True:
+        jobs = q.claim_batch(r, LEASE_S, BATCH)
+        if not jobs:
+            time.sleep(0.001)
+            continue
+        for _job in jobs:
+            tasks.noop()
+        q.ack_batch(r, [(job_id, attempt) for job_id, _p, attempt in jobs])
+
+
+# -- RQ ------------------------------------------------------------------------
+
+def _rq_fill(r: redis.Redis, n: int) -> None:
+    from rq import Queue
+
+    queue = Queue("bench", connection=r)
+    for start in range(0, n, FILL_CHUNK):
+        queue.enqueue_many([Queue.prepare_data(tasks.noop)
+                            for _ in range(start, min(n, start + FILL_CHUNK))])
+
+
+def _rq_remaining(r: redis.Redis) -> int:
+    return r.llen("rq:queue:bench")
+
+
+def _rq_work() -> None:
+    from rq import Queue, SimpleWorker
+
+    r = _client()
+    SimpleWorker([Queue("bench", connection=r)], connection=r).work(
+        burst=False, logging_level="WARNING")
+
+
+# -- Celery (acks_late) --------------------------------------------------------
+
+def _celery_fill(r: redis.Redis, n: int) -> None:
+    app = tasks.celery_app()
+    task = app.tasks["bench.noop"]
+    with app.producer_or_acquire() as producer:
+        for _ in range(n):
+            task.apply_async(queue="bench", producer=producer)
+
+
+def _celery_remaining(r: redis.Redis) -> int:
+    return r.llen("bench")
+
+
+def _celery_work() -> None:
+    app = tasks.celery_app()
+    app.worker_main(["worker", "--pool=solo", "--concurrency=1", "-Q", "bench",
+                     "--loglevel=WARNING", "--without-heartbeat", "--without-gossip",
+                     "--without-mingle"])
+
+
+# -- huey ----------------------------------------------------------------------
+
+def _huey_fill(r: redis.Redis, n: int) -> None:
+    huey, task = tasks.huey_app()
+    for _ in range(n):
+        task()
+
+
+def _huey_remaining(r: redis.Redis) -> int:
+    return r.llen("huey.redis.bench")
+
+
+def _huey_work() -> None:
+    huey, _task = tasks.huey_app()
+    huey.create_consumer(workers=1, periodic=False, initial_delay=0.001,
+                         max_delay=0.01, check_worker_health=False).run()
+
+
+# -- dramatiq ------------------------------------------------------------------
+
+def _dramatiq_fill(r: redis.Redis, n: int) -> None:
+    _broker, actor = tasks.dramatiq_actor()
+    for _ in range(n):
+        actor.send()
+
+
+def _dramatiq_remaining(r: redis.Redis) -> int:
+    return r.llen("dramatiq:bench")
+
+
+def _dramatiq_work() -> None:
+    from dramatiq import Worker
+
+    broker, _actor = tasks.dramatiq_actor()
+    worker = Worker(broker, worker_threads=1)
+    worker.start()
+    signal.signal(signal.SIGTERM, lambda *_: (worker.stop(), os._exit(0)))
+    while True:
+        time.sleep(1)
+
+
+SYSTEMS = {s.name: s for s in [
+    System("reference", _ref_fill, _ref_remaining, _ref_work),
+    System("reference-batched", _ref_fill, _ref_remaining, _ref_work_batched,
+           batched=True),
+    System("rq", _rq_fill, _rq_remaining, _rq_work, needs="rq"),
+    System("celery", _celery_fill, _celery_remaining, _celery_work, needs="celery"),
+    System("huey", _huey_fill, _huey_remaining, _huey_work, needs="huey"),
+    System("dramatiq", _dramatiq_fill, _dramatiq_remaining, _dramatiq_work,
+           needs="dramatiq"),
+]}

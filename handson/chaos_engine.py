@@ -1,0 +1,638 @@
+"""The chaos run: real workers, real SIGKILL, then a verdict per invariant.
+
+One engine for the lab's `chaos.py`, the book, the grader and the tests. It
+enqueues documents through any module that meets the queue contract, runs
+worker processes (each in its own process group) on it, kills them on a seeded
+schedule and at named crash points, restarts them like a supervisor, stops the
+chaos once the queue is mostly done, waits for the drain, and then judges:
+
+- lost: enqueued, never applied, not in the DLQ, once the queue went quiet;
+- applied_twice: more than one effect for a job (the `applied` ledger);
+- unexpected: an effect for a job that was never enqueued;
+- dead_without_reason: a DLQ entry with an empty reason;
+- stale_ack_accepted: an ack (or fail) of attempt a that returned True although
+  attempt b > a had already been claimed before the ack was sent;
+- stale_extend_accepted: the same for a heartbeat;
+- over_delivered: a job claimed more than max_attempts times.
+
+Stale-ness is decided from the workers' event logs: every worker stamps its
+events with CLOCK_MONOTONIC, which is one clock for the whole machine, and an
+ack counts as stale only if the newer claim had returned before the ack was
+sent, so overlapping calls never make a false witness.
+
+The engine learns the queue's state only through the contract (enqueue, dead).
+Every process it starts is killed before `run` returns, also on an exception
+or Ctrl-C; a run that does not finish in time is "unknown", never a pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import random
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from handson import produce, redis_server, setup_db, verify
+from handson.contract import ContractError, load_queue
+
+INVARIANTS = {
+    "lost": "enqueued, never applied, not in the DLQ",
+    "applied_twice": "a job's effect applied more than once",
+    "unexpected": "an effect for a job that was never enqueued",
+    "dead_without_reason": "a DLQ entry with an empty reason",
+    "stale_ack_accepted": "ack/fail of attempt a accepted after attempt b>a "
+                          "was claimed",
+    "stale_extend_accepted": "heartbeat of attempt a accepted after attempt b>a "
+                             "was claimed",
+    "over_delivered": "a job claimed more than max_attempts times",
+}
+WITNESSES = 3          # histories shown per broken invariant
+TICK_S = 0.02          # supervisor loop period
+CHECK_S = 0.25         # how often the done count is read
+
+
+@dataclass
+class ChaosConfig:
+    queue: str = "handson.q"
+    docs: int = 2000
+    workers: int = 4
+    kill_every: float = 0.3          # mean seconds between SIGKILLs; 0 = none
+    seed: int = 0
+    idem: bool = True
+    ack_delay: float = 0.0
+    lease_s: float = 2.0
+    max_attempts: int = 3
+    crash_points: tuple[str, ...] = ()
+    crash_p: float = 0.0
+    iters: int = 2000
+    poison_every: int = 1000
+    heartbeat: bool = True
+    ack_before_work: bool = False
+    drain_timeout_s: float = 120.0   # the whole run's budget; past it: unknown
+    pause_every: float = 0.0         # mean seconds between SIGSTOPs; 0 = none
+    pause_s: float = 0.0             # how long a pause lasts; 0 = 1.5 leases
+    reapers: int = 0                 # extra processes that only call reap()
+    kill_until: float = 0.9          # chaos stops once this fraction is done
+    kill_phase_s: float = 0.0        # ... or after this many seconds (0: no cap)
+
+    def __post_init__(self):
+        from handson.worker import CRASH_POINTS
+
+        self.crash_points = tuple(self.crash_points)
+        bad = [p for p in self.crash_points if p not in CRASH_POINTS]
+        if bad:
+            raise ValueError(f"unknown crash points {bad}; known: "
+                             f"{', '.join(CRASH_POINTS)}")
+        if self.workers < 1 or self.docs < 0:
+            raise ValueError("need at least one worker and a non-negative doc count")
+
+    @property
+    def quiet_s(self) -> float:
+        """No progress for this long after the chaos = the queue has nothing left."""
+        return 1.5 * self.lease_s + 2.0
+
+    @property
+    def chaotic(self) -> bool:
+        return bool(self.kill_every or self.pause_every or
+                    (self.crash_points and self.crash_p))
+
+
+@dataclass
+class Invariant:
+    name: str
+    ok: bool | None
+    count: int
+    witnesses: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    config: ChaosConfig
+    verdict: str
+    reason: str
+    invariants: dict[str, Invariant]
+    stats: dict
+    replay: str
+    pids: list[int] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    @property
+    def exit_code(self) -> int:
+        return {"valid": 0, "invalid": 1}.get(self.verdict, 2)
+
+    def headline(self) -> str:
+        """The seed's own line."""
+        s = self.stats
+        return (f"done in {s['elapsed_s']:.1f} s, kills={s['kills']}, "
+                f"dlq={s['dlq']}")
+
+    def text(self) -> str:
+        c, s = self.config, self.stats
+        out = [f"chaos run on {c.queue}: {c.docs} docs, {c.workers} workers, "
+               f"IDEM={int(c.idem)}, ACK_DELAY={c.ack_delay}, seed {c.seed}",
+               self.headline() + f", crash-point kills={s['crash_kills']}, "
+               f"pauses={s['pauses']}"]
+        if self.summary:
+            out.append(verify.line(self.summary))
+        out += ["", f"verdict: {self.verdict.upper()}"
+                + (f" ({self.reason})" if self.reason else "")]
+        for inv in self.invariants.values():
+            mark = {True: "ok  ", False: "FAIL", None: "?   "}[inv.ok]
+            out.append(f"  {mark} {inv.name:<22} {inv.count:>5}   "
+                       f"{INVARIANTS[inv.name]}")
+        for inv in self.invariants.values():
+            if inv.ok is False and inv.witnesses:
+                out += ["", f"{inv.name}: first {len(inv.witnesses)} of {inv.count}"]
+                out += inv.witnesses
+        out += ["", "applications per job: " + _hist(s["applied_histogram"]),
+                "deliveries per job:   " + _hist(s["delivery_histogram"]),
+                "", f"seed {c.seed}; replay with:", f"  {self.replay}"]
+        return "\n".join(out)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "verdict": self.verdict, "exit_code": self.exit_code,
+            "reason": self.reason, "seed": self.seed, "replay": self.replay,
+            "invariants": {k: asdict(v) for k, v in self.invariants.items()},
+            "stats": self.stats, "summary": self.summary,
+            "config": asdict(self.config)}, indent=1)
+
+
+def _hist(h: dict) -> str:
+    return " | ".join(f"{k}x: {v}" for k, v in sorted(h.items(), key=lambda kv:
+                                                       int(kv[0]))) or "-"
+
+
+def replay_command(cfg: ChaosConfig) -> str:
+    """One shell command that runs `cfg` again (same schedule, same seed)."""
+    env = []
+    if not cfg.idem:
+        env.append("IDEM=0")
+    if cfg.ack_delay:
+        env.append(f"ACK_DELAY={cfg.ack_delay}")
+    cmd = ["python", "-m", "handson.chaos", str(cfg.workers), "--queue", cfg.queue,
+           "--docs", str(cfg.docs), "--seed", str(cfg.seed),
+           "--kill-every", str(cfg.kill_every)]
+    default = ChaosConfig()
+    for f in fields(ChaosConfig):
+        if f.name in ("queue", "docs", "workers", "kill_every", "seed", "idem",
+                      "ack_delay"):
+            continue
+        value = getattr(cfg, f.name)
+        if value == getattr(default, f.name):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "crash_points":
+            for p in value:
+                cmd += ["--crash-point", p]
+        elif isinstance(value, bool):
+            cmd.append({"heartbeat": "--no-heartbeat"}.get(f.name, flag))
+        else:
+            cmd += [flag, str(value)]
+    return " ".join(env + [shlex.quote(x) for x in cmd])
+
+
+class _Aborted(Exception):
+    """The run cannot be judged; the message says why."""
+
+
+class _Run:
+    def __init__(self, cfg: ChaosConfig, url: str, workdir: Path, progress):
+        self.cfg, self.url, self.dir, self.progress = cfg, url, workdir, progress
+        self.db = workdir / "results.db"
+        self.events_dir = workdir / "events"
+        self.log_path = workdir / "workers.log"
+        self.queue_spec = cfg.queue
+        if cfg.queue.endswith(".py") or Path(cfg.queue).exists():
+            self.queue_spec = str(Path(cfg.queue).resolve())
+        self.kill_rng = random.Random(cfg.seed)
+        self.pause_rng = random.Random(f"pause-{cfg.seed}")
+        self.crash_rng = random.Random(f"crash-{cfg.seed}")
+        self.procs: list[subprocess.Popen | None] = [None] * cfg.workers
+        self.reapers: list[subprocess.Popen] = []
+        self.started: list[subprocess.Popen] = []
+        self.kills: list[tuple[int, int]] = []       # (t_ns, pid)
+        self.pauses: list[tuple[int, int, float]] = []  # (t_ns, pid, seconds)
+        self.paused: dict[int, float] = {}           # slot -> resume at
+        self.abnormal = 0
+        self.phase = "chaos" if cfg.chaotic else "drain"
+
+    # ---- processes -------------------------------------------------------
+    def _spawn(self, args: list[str], chaos: bool) -> subprocess.Popen:
+        cfg = self.cfg
+        env = dict(os.environ, REDIS_URL=self.url, IDEM="1" if cfg.idem else "0",
+                   ACK_DELAY=str(cfg.ack_delay), ITERS=str(cfg.iters))
+        for k in ("CRASH_POINT", "CRASH_P", "CRASH_SEED"):
+            env.pop(k, None)
+        if chaos and cfg.crash_points and cfg.crash_p:
+            env.update(CRASH_POINT=",".join(cfg.crash_points), CRASH_P=str(cfg.crash_p),
+                       CRASH_SEED=str(self.crash_rng.randrange(2**31)))
+        cmd = [sys.executable, "-m", "handson.worker", "--queue", self.queue_spec,
+               "--db", str(self.db), "--events", str(self.events_dir),
+               "--lease", str(cfg.lease_s), "--max-attempts", str(cfg.max_attempts)]
+        cmd += args
+        with open(self.log_path, "ab") as log:
+            p = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                 stderr=log, start_new_session=True,
+                                 preexec_fn=functools.partial(
+                                     redis_server.die_with_parent, os.getpid()))
+        self.started.append(p)
+        return p
+
+    def _worker_args(self) -> list[str]:
+        args = []
+        if not self.cfg.heartbeat:
+            args.append("--no-heartbeat")
+        if self.cfg.ack_before_work:
+            args.append("--ack-before-work")
+        return args
+
+    def _start_slot(self, slot: int) -> None:
+        self.procs[slot] = self._spawn(self._worker_args(), self.phase == "chaos")
+
+    @staticmethod
+    def _signal(p: subprocess.Popen, sig: int) -> None:
+        """Signal p's process group, only while p is unreaped (its pid is ours)."""
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, sig)
+
+    def _kill_slot(self, slot: int) -> None:
+        p = self.procs[slot]
+        self.kills.append((time.monotonic_ns(), p.pid))
+        self._signal(p, signal.SIGKILL)
+        p.wait(timeout=10)
+        self.paused.pop(slot, None)
+        self._start_slot(slot)
+
+    def _pause_slot(self, slot: int, seconds: float) -> None:
+        p = self.procs[slot]
+        self.pauses.append((time.monotonic_ns(), p.pid, seconds))
+        self._signal(p, signal.SIGSTOP)
+        self.paused[slot] = time.monotonic() + seconds
+
+    def stop_all(self) -> None:
+        """SIGCONT, SIGTERM, then SIGKILL whatever is left; wait for every child."""
+        live = [p for p in self.started if p.poll() is None]
+        for p in live:
+            self._signal(p, signal.SIGCONT)
+            self._signal(p, signal.SIGTERM)
+        deadline = time.monotonic() + 3
+        for p in live:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=max(0.01, deadline - time.monotonic()))
+        for p in self.started:
+            self._signal(p, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=10)
+
+    def _log_tail(self, n: int = 1500) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-n:]
+        return ""
+
+    # ---- progress --------------------------------------------------------
+    def _done(self, ids: set[str], queue, r) -> int:
+        con = sqlite3.connect(self.db, timeout=30)
+        try:
+            applied = {row[0] for row in con.execute(
+                "select distinct job_id from applied")}
+        finally:
+            con.close()
+        dead = {d[0] for d in queue.dead(r)}
+        return len(ids & (applied | dead))
+
+    def _events_size(self) -> int:
+        return sum(e.stat().st_size for e in os.scandir(self.events_dir))
+
+    def supervise(self, ids: set[str], queue, r) -> tuple[str, str, float]:
+        """Run the chaos and the drain; returns (ending, reason, elapsed_s)."""
+        cfg = self.cfg
+        for slot in range(cfg.workers):
+            self._start_slot(slot)
+        self.reapers = [self._spawn(["--reap-only"], False)
+                        for _ in range(cfg.reapers)]
+        t0 = time.monotonic()
+        gap = lambda mean, rng: mean * rng.uniform(0.5, 1.5)
+        next_kill = t0 + gap(cfg.kill_every, self.kill_rng) if cfg.kill_every else 0
+        next_pause = (t0 + gap(cfg.pause_every, self.pause_rng)
+                      if cfg.pause_every else 0)
+        pause_s = cfg.pause_s or 1.5 * cfg.lease_s
+        next_check = next_report = t0
+        done, last_done, last_size, last_activity = 0, -1, -1, t0
+        total = len(ids)
+        while True:
+            now = time.monotonic()
+            for slot, until in list(self.paused.items()):
+                if now >= until:
+                    self._signal(self.procs[slot], signal.SIGCONT)
+                    del self.paused[slot]
+            for slot, p in enumerate(self.procs):
+                rc = p.poll()
+                if rc is not None:
+                    if rc != -signal.SIGKILL:
+                        self.abnormal += 1
+                    self._start_slot(slot)
+            if self.abnormal >= max(3, 2 * cfg.workers) and done == 0:
+                raise _Aborted("workers keep exiting on their own; their log "
+                               f"ends with:\n{self._log_tail()}")
+            if self.phase == "chaos":
+                if next_kill and now >= next_kill:
+                    self._kill_slot(self.kill_rng.randrange(cfg.workers))
+                    next_kill = now + gap(cfg.kill_every, self.kill_rng)
+                if next_pause and now >= next_pause:
+                    slot = self.pause_rng.randrange(cfg.workers)
+                    if slot not in self.paused:
+                        self._pause_slot(slot, pause_s)
+                    next_pause = now + gap(cfg.pause_every, self.pause_rng)
+            if now >= next_check:
+                next_check = now + CHECK_S
+                done = self._done(ids, queue, r)
+                size = self._events_size()
+                if done != last_done or (self.phase == "drain" and size != last_size):
+                    last_activity = now
+                last_done, last_size = done, size
+                if done == total:
+                    return "drained", "", now - t0
+                stop_chaos = (done >= cfg.kill_until * total
+                              or (cfg.kill_phase_s and now - t0 >= cfg.kill_phase_s)
+                              or now - last_activity > cfg.quiet_s)
+                if self.phase == "chaos" and stop_chaos:
+                    self.phase, last_activity = "drain", now
+                elif self.phase == "drain" and now - last_activity > cfg.quiet_s:
+                    return "quiet", "", now - t0
+                if now - t0 > cfg.drain_timeout_s:
+                    return ("timeout", f"not drained after {cfg.drain_timeout_s:g} s "
+                            f"({done}/{total} done)", now - t0)
+            if self.progress and now >= next_report:
+                next_report = now + 1.0
+                self.progress({"done": done, "total": total, "kills": len(self.kills),
+                               "elapsed_s": round(now - t0, 1), "phase": self.phase})
+            time.sleep(TICK_S)
+
+
+def _read_events(directory: Path) -> list[dict]:
+    events = []
+    for path in sorted(directory.glob("*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line))
+    events.sort(key=lambda e: e["t"])
+    return events
+
+
+class _Judge:
+    """Turns the ledger, the DLQ and the event logs into invariants and histories."""
+
+    def __init__(self, run: _Run, ids: list[str], t_enqueued: tuple[int, int],
+                 dead: list[tuple[str, int, str]], t0_ns: int):
+        self.run, self.cfg, self.t0 = run, run.cfg, t0_ns
+        self.ids, self.idset, self.t_enqueued = ids, set(ids), t_enqueued
+        self.dead = {str(d[0]): (int(d[1]), str(d[2] or "")) for d in dead}
+        con = sqlite3.connect(run.db, timeout=30)
+        try:
+            self.applied = con.execute(
+                "select job_id, attempt, pid, t from applied order by t").fetchall()
+            self.summary = verify.summary(con)
+        finally:
+            con.close()
+        self.events = _read_events(run.events_dir)
+        self.died_in_claim = sum(e["ev"] == "crash_point" and e.get("call") == "claim"
+                                 for e in self.events)
+        self.by_job: dict[str, list[dict]] = defaultdict(list)
+        for e in self.events:
+            if "job" in e:
+                self.by_job[str(e["job"])].append(e)
+
+    def _stale(self, kinds: tuple[str, ...]) -> list[str]:
+        """Jobs where an accepted call of `kinds` came after a newer claim."""
+        out = []
+        for job, evs in self.by_job.items():
+            claimed = []   # (t, attempt) of claims that had returned
+            for e in evs:
+                if e["ev"] == "claim":
+                    claimed.append((e["t"], e["attempt"]))
+                elif e["ev"] in kinds and e.get("ok", True):
+                    t_sent = e.get("t0", e["t"])
+                    if any(t < t_sent and a > e["attempt"] for t, a in claimed):
+                        e["stale"] = True
+                        if job not in out:
+                            out.append(job)
+        return out
+
+    def invariants(self, ending: str) -> dict[str, Invariant]:
+        times = Counter(job for job, *_ in self.applied)
+        deliveries = Counter(e["job"] for e in self.events if e["ev"] == "claim")
+        broken = {
+            "lost": [j for j in self.ids if j not in times and j not in self.dead],
+            "applied_twice": [j for j in self.ids if times[j] > 1],
+            "unexpected": sorted({j for j in times if j not in self.idset}
+                                 | {j for j in self.dead if j not in self.idset}),
+            "dead_without_reason": [j for j, (_, why) in self.dead.items()
+                                    if not why.strip()],
+            "stale_ack_accepted": self._stale(("ack", "fail")),
+            "stale_extend_accepted": self._stale(("extend",)),
+            "over_delivered": [j for j, n in deliveries.items()
+                               if n > self.cfg.max_attempts],
+        }
+        self.times, self.deliveries = times, deliveries
+        out = {}
+        for name, jobs in broken.items():
+            ok = not jobs
+            if name == "lost" and ending not in ("drained", "quiet"):
+                ok = None if jobs else True
+            out[name] = Invariant(name, ok, len(jobs),
+                                  [self.history(j) for j in jobs[:WITNESSES]])
+        return out
+
+    def _at(self, t_ns: int) -> str:
+        return f"{'+%.3f' % ((t_ns - self.t0) / 1e9):>8}s"
+
+    def history(self, job: str) -> str:
+        """The job's merged story from the logs, the ledger, the kills and the DLQ."""
+        lines: list[tuple[int, str]] = []
+        if job in self.idset:
+            lines.append((self.t_enqueued[1], "enqueued (with the others)"))
+        holding: dict[int, int] = {}     # pid -> attempt currently held
+        spans = []                       # (pid, attempt, t_claim, t_end)
+        open_ = {}
+        last_attempt = None
+        for e in self.by_job.get(job, []):
+            pid, a, ev = e["pid"], e.get("attempt"), e["ev"]
+            if ev == "claim":
+                note = ""
+                if last_attempt is not None and a > last_attempt:
+                    note = f" (attempt {last_attempt}'s lease expired and was reaped)"
+                elif last_attempt is not None:
+                    note = f" (again: attempt {last_attempt} was already handed out)"
+                last_attempt = a if last_attempt is None else max(last_attempt, a)
+                lines.append((e["t"], f"claimed by worker {pid} as attempt {a}{note}"))
+                holding[pid] = a
+                open_[pid] = (a, e["t"])
+                continue
+            stale = " <- STALE: a newer attempt was already claimed" \
+                if e.get("stale") else ""
+            if ev in ("ack", "ack_refused"):
+                verdict = "accepted" if ev == "ack" else "refused"
+                lines.append((e["t"], f"ack of attempt {a} by worker {pid}: "
+                              f"{verdict}{stale}"))
+            elif ev == "fail":
+                verdict = "accepted" if e.get("ok") else "refused"
+                lines.append((e["t"], f"fail of attempt {a} by worker {pid} "
+                              f"({e.get('error', '')}): {verdict}{stale}"))
+            elif ev == "extend" and stale:
+                lines.append((e["t"], f"heartbeat of attempt {a} by worker {pid}: "
+                              f"accepted{stale}"))
+            elif ev == "extend_refused":
+                lines.append((e["t"], f"heartbeat of attempt {a} by worker {pid}: "
+                              "refused (lease gone)"))
+            elif ev == "abandoned":
+                lines.append((e["t"], f"worker {pid} abandoned attempt {a} "
+                              "(no commit, no ack)"))
+            elif ev == "commit" and not e.get("effect"):
+                lines.append((e["t"], f"commit by worker {pid} (attempt {a}) "
+                              "changed nothing: already applied"))
+            elif ev == "crash_point":
+                lines.append((e["t"], f"worker {pid} SIGKILLed itself at crash point "
+                              f"{e['point']} (attempt {a})"))
+            if ev in ("ack", "ack_refused", "fail", "abandoned", "crash_point"):
+                if pid in open_:
+                    spans.append((pid, *open_.pop(pid), e["t"]))
+        for pid, (a, t) in open_.items():
+            spans.append((pid, a, t, None))
+        for t, pid in self.run.kills:
+            for spid, a, start, end in spans:
+                if spid == pid and start <= t and (end is None or t <= end):
+                    lines.append((t, f"worker {pid} killed (SIGKILL by the engine) "
+                                  f"holding attempt {a}"))
+        for t, pid, secs in self.run.pauses:
+            for spid, a, start, end in spans:
+                if spid == pid and start <= t and (end is None or t <= end):
+                    lines.append((t, f"worker {pid} paused (SIGSTOP) for {secs:g} s "
+                                  f"holding attempt {a}"))
+        for j, a, pid, t in self.applied:
+            if j == job:
+                lines.append((t, f"APPLIED by worker {pid} (attempt {a})"))
+        lines.sort(key=lambda x: x[0])
+        text = [f"  {job}"] + [f"    {self._at(t)}  {s}" for t, s in lines]
+        if job in self.dead:
+            n, why = self.dead[job]
+            text.append(f"    at the end    in the DLQ after {n} attempts: "
+                        f"{why or '(no reason)'}")
+        elif job not in self.times:
+            text.append("    at the end    never applied, not in the DLQ")
+            if job not in self.by_job and self.died_in_claim:
+                text.append(f"    note: {self.died_in_claim} workers died inside "
+                            "claim() before it returned; a job taken by such a "
+                            "call is gone unless claim is one atomic step")
+        return "\n".join(text)
+
+    def stats(self, elapsed: float) -> dict:
+        idem = self.cfg.idem
+        s = self.summary
+        applied_h = Counter(self.times[j] for j in self.ids)
+        delivery_h = Counter(self.deliveries[j] for j in self.ids)
+        return {
+            "kills": len(self.run.kills),
+            "crash_kills": sum(e["ev"] == "crash_point" for e in self.events),
+            "pauses": len(self.run.pauses),
+            "workers_started": len(self.run.started) - len(self.run.reapers),
+            "rows": s["rows"] if idem else s["naive_rows"],
+            "distinct": s["rows"] if idem else s["naive_distinct"],
+            "counter": s["counter"],
+            "dlq": len(self.dead),
+            "lost": sum(1 for j in self.ids if j not in self.times
+                        and j not in self.dead),
+            "elapsed_s": round(elapsed, 2),
+            "applied_histogram": {str(k): v for k, v in sorted(applied_h.items())},
+            "delivery_histogram": {str(k): v for k, v in sorted(delivery_h.items())},
+        }
+
+
+def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = None,
+        progress=None) -> Report:
+    """One chaos run of `cfg`; every process it starts is gone when it returns."""
+    with contextlib.ExitStack() as stack:
+        url = redis_url or stack.enter_context(redis_server.redis_url())
+        if workdir is None:
+            workdir = tempfile.mkdtemp(prefix="eo-chaos-")
+            stack.callback(shutil.rmtree, workdir, True)
+        work = Path(workdir)
+        run_ = _Run(cfg, url, work, progress)
+        run_.events_dir.mkdir(parents=True, exist_ok=True)
+        for old in run_.events_dir.glob("*.jsonl"):
+            old.unlink()
+        setup_db.setup(run_.db)
+        empty = {"kills": 0, "crash_kills": 0, "pauses": 0, "rows": 0,
+                 "distinct": 0, "counter": 0, "dlq": 0, "lost": 0, "elapsed_s": 0.0,
+                 "applied_histogram": {}, "delivery_histogram": {}}
+        try:
+            queue = load_queue(cfg.queue)
+        except ContractError as err:
+            return _unknown(cfg, str(err), empty)
+        try:
+            r = redis_server.connect(url, decode_responses=True)
+            if hasattr(queue, "reset"):
+                queue.reset(r)
+            else:
+                r.flushdb()
+            t0 = time.monotonic_ns()
+            ids = produce.produce(r, queue, cfg.docs, cfg.poison_every)
+            t_enqueued = (t0, time.monotonic_ns())
+            try:
+                ending, reason, elapsed = run_.supervise(set(ids), queue, r)
+            finally:
+                run_.stop_all()
+            dead = list(queue.dead(r))
+        except _Aborted as err:
+            return _unknown(cfg, str(err), empty, run_)
+        except redis_server.RedisUnavailable as err:
+            return _unknown(cfg, str(err), empty, run_)
+        except Exception as err:
+            import redis
+
+            if isinstance(err, redis.RedisError):
+                return _unknown(cfg, f"Redis at {url} failed mid-run ({err}); check "
+                                "that the server is up, then replay", empty, run_)
+            raise
+        finally:
+            run_.stop_all()
+        judge = _Judge(run_, ids, t_enqueued, dead, t0)
+        invariants = judge.invariants(ending)
+        if any(inv.ok is False for inv in invariants.values()):
+            verdict = "invalid"
+        elif ending in ("drained", "quiet") and not run_.abnormal:
+            verdict = "valid"
+        else:
+            verdict = "unknown"
+            if ending in ("drained", "quiet"):   # a worker died of an exception
+                reason = (f"workers exited with an error {run_.abnormal} times, so "
+                          f"the queue's code raised; the log ends with:\n"
+                          f"{run_._log_tail()}")
+        stats = judge.stats(elapsed)
+        stats["worker_errors"] = run_.abnormal
+        return Report(cfg, verdict, reason, invariants, stats, replay_command(cfg),
+                      [p.pid for p in run_.started], judge.summary)
+
+
+def _unknown(cfg: ChaosConfig, reason: str, stats: dict, run_: _Run | None = None
+             ) -> Report:
+    invs = {name: Invariant(name, None, 0) for name in INVARIANTS}
+    pids = [p.pid for p in run_.started] if run_ else []
+    return Report(cfg, "unknown", reason, invs, dict(stats), replay_command(cfg), pids)

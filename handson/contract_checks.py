@@ -1,0 +1,696 @@
+"""Behavioural checks of ANY queue that meets the contract, on a real Redis.
+
+The one place the queue contract is checked: the tests, the grader and the
+learner's own check cell all call `run_checks`. A check learns the queue's
+state only through the contract's seven functions (never by reading key
+names), so a queue with another key layout, or one on Redis Streams, is judged
+on its behaviour alone.
+
+The queue is handed clients made with `decode_responses=True` (replies are
+str), like the seed's `q.py` and the chaos run's workers.
+
+Each check runs in its own process (and process group) with a hard timeout:
+it loads the queue there, flushes the database, and reports a CheckResult. A
+check that raises, hangs or kills its process is a failure with the reason in
+`got`, never a crash of the runner.
+
+    python -m handson.contract_checks handson.q
+    python -m handson.contract_checks myq.py --only zombie_ack_refused --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from handson.contract import ContractError, load_queue
+from handson.redis_server import cli_redis, connect, die_with_parent, redis_url
+
+LEASE = 0.25        # short leases keep the checks quick ...
+PAST = 0.45         # ... and this much sleep is surely past one (server clock)
+BIG_QUEUE_MAX = "10000000"
+
+
+@dataclass
+class CheckResult:
+    """One behaviour: did it hold, what should have happened, what did."""
+
+    name: str
+    ok: bool
+    expected: str
+    got: str
+    hint: str = ""
+
+    def line(self) -> str:
+        mark = "PASS" if self.ok else "FAIL"
+        text = f"{mark} {self.name}"
+        if not self.ok:
+            text += (f"\n  expected: {self.expected}\n  got:      {self.got}"
+                     + (f"\n  hint:     {self.hint}" if self.hint else ""))
+        return text
+
+
+class _Failed(Exception):
+    def __init__(self, got: str, hint: str):
+        super().__init__(got)
+        self.got, self.hint = got, hint
+
+
+def _need(condition: bool, got: str, hint: str) -> None:
+    if not condition:
+        raise _Failed(got, hint)
+
+
+@dataclass
+class _Check:
+    fn: Callable
+    expected: str
+    timeout: float
+    env: dict
+
+
+CHECKS: dict[str, _Check] = {}
+
+
+def _check(name: str, expected: str, timeout: float = 15.0, env: dict | None = None):
+    def register(fn):
+        CHECKS[name] = _Check(fn, expected, timeout, env or {})
+        return fn
+    return register
+
+
+# --- helpers that use only the contract ---------------------------------------
+
+def _claim_all(q, r, lease_s: float, limit: int = 10_000) -> list:
+    out = []
+    while len(out) < limit:
+        job = q.claim(r, lease_s)
+        if job is None:
+            break
+        out.append(tuple(job))
+    return out
+
+
+def _expire_and_reap(q, r, max_attempts: int = 3) -> tuple[int, int]:
+    time.sleep(PAST)
+    return tuple(q.reap(r, max_attempts))
+
+
+def _zombie_and_owner(q, r, owner_lease: float = 30.0):
+    """One job: attempt 1 is a zombie (lease expired, reaped), attempt 2 owns it."""
+    q.enqueue(r, {"doc_id": 1}, "job-z")
+    first = q.claim(r, LEASE)
+    _need(first is not None, "claim returned None after enqueue",
+          "claim must pop the pending job")
+    requeued, _ = _expire_and_reap(q, r)
+    _need(requeued == 1, f"reap after the lease expired returned requeued={requeued}",
+          "reap must requeue a job whose lease deadline has passed")
+    second = q.claim(r, owner_lease)
+    _need(second is not None and second[0] == "job-z",
+          f"second claim returned {second!r}",
+          "a reaped job must be claimable again")
+    _need(second[2] > first[2],
+          f"attempts {first[2]} then {second[2]}",
+          "claim must give a larger attempt number each time (the fencing token)")
+    return first[2], second[2]
+
+
+def _threads(n: int, target: Callable[[int], object], timeout: float) -> list:
+    """Run target(i) in n threads released together; their results in order."""
+    results: list = [None] * n
+    errors: list = []
+    gate = threading.Barrier(n)
+
+    def body(i):
+        try:
+            gate.wait(timeout)
+            results[i] = target(i)
+        except Exception as err:  # reported below
+            errors.append(f"{type(err).__name__}: {err}")
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    _need(not errors, f"a thread raised {errors[0]}" if errors else "",
+          "the queue functions must be safe to call from many clients at once")
+    _need(not any(t.is_alive() for t in threads), "a thread did not finish in time",
+          "a queue call blocked; every call should return promptly")
+    return results
+
+
+def _client(url: str):
+    """A client like the seed's and the chaos workers': replies decoded to str."""
+    return connect(url, decode_responses=True)
+
+
+def _clients(url: str, n: int) -> list:
+    return [_client(url) for _ in range(n)]
+
+
+# --- the checks ------------------------------------------------------------------
+
+@_check("enqueue_idempotent",
+        "the same job_id enqueued twice is one job, whether it is pending, "
+        "in flight or done")
+def _enqueue_idempotent(q, r, url):
+    a = q.enqueue(r, {"doc_id": 1}, "doc-1")
+    b = q.enqueue(r, {"doc_id": 1}, "doc-1")
+    _need(a == "doc-1" and b == "doc-1", f"enqueue returned {a!r} then {b!r}",
+          "enqueue must return the job_id it was given")
+    jobs = _claim_all(q, r, 30)
+    _need(len(jobs) == 1, f"pending: {len(jobs)} claims got the job after two "
+          "enqueues", "before adding, look the id up (e.g. HEXISTS / SET NX) in the "
+          "same script as the push")
+    q.enqueue(r, {"doc_id": 1}, "doc-1")
+    again = q.claim(r, 30)
+    _need(again is None, f"in flight: re-enqueue made it claimable again: {again!r}",
+          "an id that is in flight is still one job: keep its record until ack")
+    _need(q.ack(r, "doc-1", jobs[0][2]), "ack by the owner returned False",
+          "ack must succeed for the current attempt")
+    q.enqueue(r, {"doc_id": 1}, "doc-1")
+    after = q.claim(r, 30)
+    _need(after is None, f"done: re-enqueue after ack ran the job again: {after!r}",
+          "keep a done marker for acked ids (with a retention period) and refuse "
+          "to enqueue them again")
+    return "one claim per id in all three states"
+
+
+@_check("claim_returns_payload_and_attempt",
+        "claim on an empty queue returns None; then (job_id, payload, 1) with the "
+        "payload unchanged")
+def _claim_returns(q, r, url):
+    empty = q.claim(r, 30)
+    _need(empty is None, f"claim on an empty queue returned {empty!r}",
+          "return None when nothing is pending")
+    payload = {"doc_id": 7, "text": "héllo wörld", "tags": [1, 2], "n": None}
+    q.enqueue(r, payload, "doc-7")
+    job = q.claim(r, 30)
+    _need(job is not None, "claim returned None after enqueue",
+          "claim must pop the pending job")
+    _need(len(tuple(job)) == 3, f"claim returned {job!r}",
+          "return a tuple (job_id, payload, attempt)")
+    job_id, got, attempt = job
+    _need(job_id == "doc-7", f"job_id {job_id!r}",
+          "return the job_id as a str (decode bytes from Redis)")
+    _need(got == payload, f"payload {got!r}",
+          "store the payload as JSON and json.loads it on claim")
+    _need(attempt == 1 and isinstance(attempt, int), f"attempt {attempt!r}",
+          "the first claim is attempt 1, an int")
+    return f"{job!r}"
+
+
+@_check("attempt_grows",
+        "each claim of the same job has an attempt one larger: 1, 2, 3")
+def _attempt_grows(q, r, url):
+    q.enqueue(r, {"doc_id": 2}, "doc-2")
+    seen = []
+    for _ in range(3):
+        job = q.claim(r, LEASE)
+        _need(job is not None, f"claim returned None after attempts {seen}",
+              "reap must put an expired job back in pending")
+        seen.append(job[2])
+        _expire_and_reap(q, r, max_attempts=10)
+    _need(seen == [1, 2, 3], f"attempts {seen}",
+          "increment the attempt counter inside the claim script (HINCRBY), once "
+          "per claim, never reset it")
+    return f"attempts {seen}"
+
+
+@_check("zombie_ack_refused",
+        "ack with an old attempt returns False, both while the job waits in pending "
+        "and after a new attempt claimed it")
+def _zombie_ack(q, r, url):
+    q.enqueue(r, {"doc_id": 3}, "job-z")
+    first = q.claim(r, LEASE)
+    _need(first is not None, "claim returned None after enqueue", "")
+    requeued, _ = _expire_and_reap(q, r)
+    _need(requeued == 1, f"reap returned requeued={requeued}",
+          "reap must requeue an expired lease")
+    early = q.ack(r, "job-z", first[2])
+    _need(not early, f"a zombie (attempt {first[2]}) acked a job that reap had put "
+          "back in pending and ack returned True",
+          "ack only a job that is in flight under the caller's attempt")
+    second = q.claim(r, 30)
+    _need(second is not None, "the job vanished: claim returned None after the "
+          "zombie's ack", "a refused ack must change nothing")
+    late = q.ack(r, "job-z", first[2])
+    _need(not late, f"a zombie (attempt {first[2]}) acked after attempt {second[2]} "
+          "claimed the job and ack returned True",
+          "compare the caller's attempt with the job's current attempt inside the "
+          "script (the fencing token)")
+    return "both zombie acks returned False"
+
+
+@_check("zombie_extend_refused",
+        "extend with an old attempt returns False and leaves the owner's lease alone")
+def _zombie_extend(q, r, url):
+    old, new = _zombie_and_owner(q, r, owner_lease=LEASE)
+    res = q.extend(r, "job-z", old, 30)
+    _need(not res, f"a zombie (attempt {old}) extended the lease of attempt {new} "
+          "and extend returned True",
+          "compare the caller's attempt with the job's current one before moving "
+          "the deadline")
+    requeued, _ = _expire_and_reap(q, r)
+    _need(requeued == 1, "the owner's short lease did not expire: the zombie's "
+          f"extend moved it (reap requeued {requeued})",
+          "a refused extend must not touch the deadline")
+    return "zombie extend returned False; owner's lease unchanged"
+
+
+@_check("zombie_fail_refused",
+        "fail with an old attempt returns False and does not end the owner's lease "
+        "or record an error")
+def _zombie_fail(q, r, url):
+    old, new = _zombie_and_owner(q, r, owner_lease=30)
+    res = q.fail(r, "job-z", old, "zombie says boom")
+    _need(not res, f"a zombie (attempt {old}) failed the job held by attempt {new} "
+          "and fail returned True",
+          "compare the caller's attempt with the job's current one inside the script")
+    reaped = tuple(q.reap(r, 1))
+    _need(reaped == (0, 0), f"after the zombie's fail, reap returned {reaped}",
+          "a refused fail must not expire the owner's lease")
+    _need(not q.dead(r), f"dead() = {q.dead(r)!r}", "a refused fail changes nothing")
+    return "zombie fail returned False; nothing reaped"
+
+
+@_check("owner_ack_after_zombie",
+        "after a zombie's ack, extend and fail, the owner's ack returns True and "
+        "the job is never delivered again")
+def _owner_ack(q, r, url):
+    old, new = _zombie_and_owner(q, r, owner_lease=30)
+    q.ack(r, "job-z", old)
+    q.extend(r, "job-z", old, 30)
+    q.fail(r, "job-z", old, "zombie")
+    ok = q.ack(r, "job-z", new)
+    _need(ok, f"the owner's ack (attempt {new}) returned False after the zombie "
+          f"(attempt {old}) tried ack/extend/fail",
+          "a zombie's call must not remove or change the owner's entry")
+    again = q.claim(r, LEASE)
+    _need(again is None, f"the acked job was delivered again: {again!r}",
+          "ack must remove the job from pending and in flight")
+    reaped = _expire_and_reap(q, r)
+    _need(reaped == (0, 0), f"reap after the owner's ack returned {reaped}",
+          "ack must remove the lease so reap never sees the job again")
+    return "owner ack True; no redelivery"
+
+
+@_check("extend_does_not_resurrect",
+        "extend after reap took the lease returns False, and the job is delivered "
+        "exactly once more")
+def _no_resurrect(q, r, url):
+    q.enqueue(r, {"doc_id": 4}, "job-r")
+    first = q.claim(r, LEASE)
+    requeued, _ = _expire_and_reap(q, r)
+    _need(requeued == 1, f"reap returned requeued={requeued}", "")
+    res = q.extend(r, "job-r", first[2], LEASE)
+    _need(not res, "a late heartbeat after reap returned True",
+          "only move a deadline that still exists (ZADD ... XX) and check the attempt")
+    time.sleep(PAST)
+    q.reap(r, 10)
+    jobs = _claim_all(q, r, 30)
+    _need(len(jobs) == 1, f"the job was delivered {len(jobs)} times after the late "
+          "extend", "the late extend put the job back in flight; reap then "
+          "requeued it a second time. Use ZADD XX so extend never adds a lease")
+    return "extend False; one delivery"
+
+
+@_check("reap_requeues_expired",
+        "reap leaves live leases alone, requeues expired ones, and they come back "
+        "with the next attempt")
+def _reap_requeues(q, r, url):
+    for i in range(3):
+        q.enqueue(r, {"doc_id": i}, f"doc-{i}")
+    lease = 1.0                         # room for a slow machine before the reap
+    jobs = _claim_all(q, r, lease)
+    _need(len(jobs) == 3, f"claimed {len(jobs)} of 3", "")
+    early = tuple(q.reap(r, 3))
+    _need(early == (0, 0), f"reap before the deadline returned {early}",
+          "compare the deadline with the server's clock (TIME) inside the script")
+    time.sleep(lease - LEASE)
+    late = _expire_and_reap(q, r)
+    _need(late == (3, 0), f"reap after the deadline returned {late}",
+          "every lease whose deadline passed goes back to pending: (3, 0)")
+    again = _claim_all(q, r, 30)
+    ids = sorted(j[0] for j in again)
+    _need(ids == ["doc-0", "doc-1", "doc-2"] and all(j[2] == 2 for j in again),
+          f"claimed again: {sorted(again)}", "each job once more, attempt 2")
+    return "(0, 0) before, (3, 0) after; attempt 2"
+
+
+@_check("reap_atomic_concurrent",
+        "8 reapers at once on 200 expired leases requeue each job once, then bury "
+        "each once", timeout=40)
+def _reap_concurrent(q, r, url):
+    n, k = 200, 8
+    for i in range(n):
+        q.enqueue(r, {"doc_id": i}, f"doc-{i}")
+    clients = _clients(url, k)
+    for rnd, (max_attempts, want) in enumerate([(5, "requeued"), (2, "dead")]):
+        claimed = _claim_all(q, r, LEASE)
+        _need(len(claimed) == n, f"round {rnd + 1}: claimed {len(claimed)} of {n}",
+              "")
+        time.sleep(PAST)
+        results = _threads(k, lambda i, m=max_attempts: tuple(
+            q.reap(clients[i], m)), timeout=30)
+        requeued = sum(x[0] for x in results)
+        dead_n = sum(x[1] for x in results)
+        expect = (n, 0) if want == "requeued" else (0, n)
+        got = (f"round {rnd + 1} (max_attempts={max_attempts}): {k} concurrent "
+               f"reapers reported requeued={requeued}, dead={dead_n} for {n} "
+               "expired jobs")
+        if requeued + dead_n > n:
+            hint = ("find and move the expired leases in ONE script, so two "
+                    "reapers can never both see the same job")
+        elif requeued + dead_n == n:
+            hint = ("after two claims every job has used 2 attempts (an expired "
+                    "lease counts as one), so with max_attempts=2 bury them all")
+        else:
+            hint = "every expired lease must be reaped by one of the reapers"
+        _need((requeued, dead_n) == expect, got, hint)
+    again = _claim_all(q, r, 30)
+    _need(not again, f"{len(again)} jobs were still pending after all were buried",
+          "a job moved to the DLQ must not also be requeued")
+    counts = Counter(d[0] for d in q.dead(r))
+    twice = [i for i, c in counts.items() if c > 1]
+    _need(len(counts) == n and not twice,
+          f"dead() has {len(counts)} distinct ids, {len(twice)} listed twice",
+          "bury each job once, atomically")
+    attempts = Counter(d[1] for d in q.dead(r))
+    _need(set(attempts) == {2}, f"attempts in dead(): {dict(attempts)}",
+          "two claims each: attempts must rise by one per claim")
+    return f"requeued {n} once, buried {n} once, attempts 2"
+
+
+def _claim_forever(spec: str, url: str) -> None:
+    """In a child process: claim and never ack, until someone kills us."""
+    q = load_queue(spec)
+    r = _client(url)
+    while True:
+        if q.claim(r, LEASE) is None:
+            time.sleep(0.001)
+
+
+def _claims_survive_kills(q, r, url, n: int = 1000, workers: int = 4,
+                          kills: int = 24) -> None:
+    """SIGKILL claimers while they claim: no job may vanish between two steps."""
+    for i in range(n):
+        q.enqueue(r, {"doc_id": i}, f"k-{i}")
+    ctx = multiprocessing.get_context("fork")
+    rng = random.Random(0)
+    procs = []
+    try:
+        for _ in range(workers):
+            procs.append(ctx.Process(target=_claim_forever, args=(_SPEC[0], url)))
+            procs[-1].start()
+        for _ in range(kills):
+            time.sleep(rng.uniform(0.005, 0.03))
+            i = rng.randrange(workers)
+            procs[i].kill()
+            procs[i].join(5)
+            procs[i] = ctx.Process(target=_claim_forever, args=(_SPEC[0], url))
+            procs[i].start()
+    finally:
+        for p in procs:
+            p.kill()
+            p.join(5)
+    seen: set = set()
+    for _ in range(20):                  # drain: everything claimed by the dead
+        time.sleep(PAST)                 # expires, is reaped and claimed here
+        while tuple(q.reap(r, 1000)) != (0, 0):
+            pass
+        batch = _claim_all(q, r, 60)
+        seen.update(j[0] for j in batch)
+        if not batch:
+            break
+    lost = sorted(set(f"k-{i}" for i in range(n)) - seen)
+    _need(not lost, f"after {kills} SIGKILLs of claiming workers, {len(lost)} of {n} "
+          f"jobs were gone (neither pending nor in flight), e.g. {lost[:3]}",
+          "a worker killed between the pop and recording the lease loses the job: "
+          "pop, count the attempt and record the lease in ONE script")
+
+
+@_check("claim_atomic_concurrent",
+        "8 claimers at once on 300 jobs: each job claimed exactly once, attempt 1, "
+        "every claimed job in flight; and claimers killed mid-claim lose no job",
+        timeout=60)
+def _claim_concurrent(q, r, url):
+    n, k = 300, 8
+    for i in range(n):
+        q.enqueue(r, {"doc_id": i}, f"doc-{i}")
+    clients = _clients(url, k)
+    results = _threads(k, lambda i: _claim_all(q, clients[i], LEASE), timeout=30)
+    jobs = [j for part in results for j in part]
+    counts = Counter(j[0] for j in jobs)
+    twice = sorted(i for i, c in counts.items() if c > 1)
+    _need(not twice, f"{len(twice)} jobs claimed twice, e.g. {twice[:3]}",
+          "pop and record the lease in ONE script so two claimers cannot take the "
+          "same job")
+    _need(len(counts) == n, f"{len(counts)} of {n} jobs claimed", "")
+    _need(all(j[2] == 1 for j in jobs) and all(j[1] == {"doc_id": int(j[0][4:])}
+                                               for j in jobs),
+          "wrong attempt or payload in some claims", "")
+    reaped = _expire_and_reap(q, r, 3)
+    _need(reaped == (n, 0), f"after the leases expired reap returned {reaped}",
+          "every claimed job must be in flight (with a deadline) when claim returns")
+    r.flushdb()
+    _claims_survive_kills(q, r, url)
+    return f"{n} distinct claims, all in flight; no job lost to kills"
+
+
+@_check("poison_to_dlq_with_reason",
+        "a job whose lease keeps expiring lands in dead() after max_attempts with a "
+        "non-empty reason; a job that fails keeps its error")
+def _poison(q, r, url):
+    q.enqueue(r, {"text": "doc POISON"}, "poison")
+    q.enqueue(r, {"text": "bad"}, "bad")
+    for attempt in range(1, 4):
+        jobs = {j[0]: j for j in _claim_all(q, r, LEASE)}
+        _need(set(jobs) == {"poison", "bad"},
+              f"attempt {attempt}: claimed {sorted(jobs)}",
+              "below max_attempts an expired or failed job goes back to pending")
+        q.fail(r, "bad", jobs["bad"][2], f"ValueError: boom {attempt}")
+        q.reap(r, 3)           # the failed one may move now, the other not yet
+        time.sleep(PAST)
+        q.reap(r, 3)
+    left = q.claim(r, 30)
+    _need(left is None, f"after 3 attempts the job came back: {left!r}",
+          "at attempts >= max_attempts reap must move the job to the DLQ, also "
+          "when its lease just expired (no fail: the worker died)")
+    dead = {d[0]: tuple(d) for d in q.dead(r)}
+    _need("poison" in dead, f"dead() = {sorted(dead.values())}",
+          "count an attempt whose lease expired (worker died) as used, or a poison "
+          "job that kills its worker loops forever")
+    _need(dead["poison"][1] == 3 and dead["poison"][2],
+          f"poison in dead(): {dead['poison']!r}",
+          "record attempts and a reason such as 'lease expired (worker died or was "
+          "too slow)'")
+    _need("bad" in dead and dead["bad"][1] == 3 and "boom 3" in dead["bad"][2],
+          f"failed job in dead(): {dead.get('bad')!r}",
+          "keep the last error that fail() recorded")
+    return f"{dead['poison']!r}, {dead['bad']!r}"
+
+
+def _claim_and_die(spec: str, url: str) -> None:
+    """In a child process: claim one job, then SIGKILL ourselves mid-work."""
+    q = load_queue(spec)
+    q.claim(_client(url), LEASE)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@_check("killed_attempt_counts",
+        "a worker killed with SIGKILL after claim uses up its attempt: next attempt "
+        "2, and with max_attempts=2 a second kill buries the job", timeout=30)
+def _killed_counts(q, r, url):
+    q.enqueue(r, {"doc_id": 9}, "victim")
+    ctx = multiprocessing.get_context("fork")
+    for kill in (1, 2):
+        p = ctx.Process(target=_claim_and_die, args=(_SPEC[0], url))
+        p.start()
+        p.join(10)
+        _need(p.exitcode == -signal.SIGKILL, f"worker exit code {p.exitcode}", "")
+        reaped = _expire_and_reap(q, r, max_attempts=2)
+        want = (1, 0) if kill == 1 else (0, 1)
+        _need(reaped == want, f"after kill {kill} reap returned {reaped}",
+              "the claim itself must count the attempt: a killed worker never "
+              "calls fail")
+    dead = q.dead(r)
+    _need(len(dead) == 1 and dead[0][0] == "victim" and dead[0][1] == 2
+          and dead[0][2], f"dead() = {dead!r}",
+          "bury it with attempts 2 and a reason")
+    return f"dead() = {dead!r}"
+
+
+@_check("bound_refuses",
+        "with QUEUE_MAX=5, the 6th pending job raises QueueFull; after one claim "
+        "there is room again", env={"QUEUE_MAX": "5"})
+def _bound(q, r, url):
+    for i in range(5):
+        q.enqueue(r, {"doc_id": i}, f"doc-{i}")
+    try:
+        q.enqueue(r, {"doc_id": 5}, "doc-5")
+    except Exception as err:  # the type is checked by name: any module's QueueFull
+        _need(type(err).__name__ == "QueueFull",
+              f"enqueue raised {type(err).__name__}: {err}",
+              "raise an exception class named QueueFull")
+    else:
+        raise _Failed("the 6th enqueue was accepted with QUEUE_MAX=5",
+                      "read the bound from QUEUE_MAX and compare LLEN of pending in "
+                      "the enqueue script; raise QueueFull past it")
+    _need(q.claim(r, 30) is not None, "claim returned None", "")
+    q.enqueue(r, {"doc_id": 5}, "doc-5")
+    return "QueueFull at 6; room after a claim"
+
+
+@_check("heartbeat_keeps_lease",
+        "a job heartbeating at lease/3 for 10 leases is never reaped while reapers "
+        "run, every extend returns True, and the owner's ack succeeds", timeout=30)
+def _heartbeat(q, r, url):
+    lease = 0.5
+    span = 10 * lease
+    q.enqueue(r, {"doc_id": 10}, "long")
+    job = q.claim(r, lease)
+    stop = threading.Event()
+    refused: list = []
+    hb = _client(url)
+
+    def beat():
+        while not stop.wait(lease / 3):
+            if not q.extend(hb, "long", job[2], lease):
+                refused.append(time.monotonic())
+
+    t = threading.Thread(target=beat, daemon=True)
+    t.start()
+    reaped = [0, 0]
+    end = time.monotonic() + span
+    try:
+        while time.monotonic() < end:
+            a, b = q.reap(r, 3)
+            reaped[0] += a
+            reaped[1] += b
+            time.sleep(0.03)
+    finally:
+        stop.set()
+        t.join(5)
+    _need(reaped == [0, 0] and not refused,
+          f"reaped {reaped} and {len(refused)} extends refused in {span} s",
+          "extend must push the deadline to now + lease_s by the server clock")
+    _need(q.ack(r, "long", job[2]), "the owner's ack returned False", "")
+    return f"never reaped in {span / lease:.0f} leases"
+
+
+# --- the runner --------------------------------------------------------------------
+
+_SPEC = [""]   # the queue spec, for helpers that start their own processes
+
+
+def _child(conn, name: str, spec: str, url: str, parent: int) -> None:
+    os.setpgid(0, 0)
+    die_with_parent(parent)
+    check = CHECKS[name]
+    os.environ["QUEUE_MAX"] = BIG_QUEUE_MAX
+    os.environ.update(check.env)
+    _SPEC[0] = spec
+    try:
+        q = load_queue(spec)
+        r = _client(url)
+        r.flushdb()
+        got = check.fn(q, r, url)
+        result = CheckResult(name, True, check.expected, str(got), "")
+    except _Failed as err:
+        result = CheckResult(name, False, check.expected, err.got, err.hint)
+    except ContractError as err:
+        result = CheckResult(name, False, check.expected, str(err),
+                             "fix the module so it imports and has all seven "
+                             "functions")
+    except Exception as err:
+        result = CheckResult(name, False, check.expected,
+                             f"raised {type(err).__name__}: {err}",
+                             "a contract function raised; run this check alone "
+                             "with --only to see it")
+    conn.send(asdict(result))
+    conn.close()
+
+
+def _run_one(name: str, spec: str, url: str, timeout: float | None = None
+             ) -> CheckResult:
+    check = CHECKS[name]
+    timeout = timeout or check.timeout
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_child, args=(child, name, spec, url, os.getpid()))
+    p.start()
+    child.close()
+    result = None
+    try:
+        if parent.poll(timeout):
+            with contextlib.suppress(EOFError):
+                result = CheckResult(**parent.recv())
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)   # the check and anything it started
+        if p.is_alive():                       # not yet in its own group
+            p.kill()
+        p.join(5)
+        parent.close()
+    if result is not None:
+        return result
+    if p.exitcode not in (None, -signal.SIGKILL):
+        got = f"the check's process exited with code {p.exitcode} and no result"
+        hint = "the queue module exited or crashed the interpreter (sys.exit?)"
+    else:
+        got = f"no answer after {timeout:g} s; the check was stopped"
+        hint = "a contract call blocked or looped (e.g. BLPOP, a busy wait)"
+    return CheckResult(name, False, check.expected, got, hint)
+
+
+def run_checks(queue_spec: str, redis_url: str, only: list[str] | None = None,
+               timeout: float | None = None) -> list[CheckResult]:
+    """Run the named checks (all by default) against the queue module.
+
+    `timeout` replaces each check's own time limit (seconds) when given.
+    """
+    names = list(only) if only else list(CHECKS)
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise ValueError(f"unknown check(s) {unknown}; known: {', '.join(CHECKS)}")
+    connect(redis_url).close()          # a clear RedisUnavailable up front
+    return [_run_one(name, queue_spec, redis_url, timeout) for name in names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("queue", help="module name (handson.q) or path (myq.py)")
+    ap.add_argument("--json", action="store_true", help="print JSON results")
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=list(CHECKS),
+                    help="run only these checks")
+    args = ap.parse_args(argv)
+    with cli_redis(), redis_url() as url:
+        results = []
+        for name in args.only or list(CHECKS):
+            res = run_checks(args.queue, url, [name])[0]
+            results.append(res)
+            if not args.json:
+                print(res.line(), flush=True)
+    if args.json:
+        print(json.dumps([asdict(x) for x in results], indent=2))
+    else:
+        passed = sum(x.ok for x in results)
+        print(f"{passed}/{len(results)} checks passed")
+    return 0 if all(x.ok for x in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

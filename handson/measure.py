@@ -1,0 +1,532 @@
+"""Measure: the lab's three measurements, each one command with a table and a plot.
+
+    python -m handson.measure chaos      [--size small|full] [--out DIR]
+    python -m handson.measure throughput [--size small|full] [--out DIR]
+    python -m handson.measure lag        [--size small|full] [--out DIR]
+
+`chaos` runs the chaos test four ways (IDEM 0/1 x ACK_DELAY 0/0.01) and counts
+the kills that landed between a worker's commit and its ack: with the naive
+sink each of those is a duplicate, with the idempotent one none is. `throughput`
+drains the same documents with 1, 2, 4, ... workers and finds the knee.
+`lag` runs a steady producer, adds a burst, samples the backlog and fits the
+drain slope. Each uses a private Redis unless REDIS_URL is set (and then
+resets only the reference queue's keys). `full` is the seed's size and takes
+minutes; `small` takes seconds and is what the book and the tests run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from handson import produce, q, redis_server, setup_db
+from handson.bench.run import slope_rate
+from handson.chaos_engine import ChaosConfig, Report
+from handson.chaos_engine import run as chaos_run
+
+SIZES = {
+    "small": {
+        "chaos": {"docs": 150, "workers": 2, "iters": 2000, "lease_s": 1.0,
+                  "kill_every": 0.5},
+        "throughput": {"docs": 200, "iters": 10000, "workers": (1, 2, 4)},
+        "lag": {"workers": 2, "iters": 10000, "capacity_docs": 300, "before_s": 1.5,
+                "burst_s": 2.5, "sample_s": 0.25, "arrival_frac": 0.4},
+    },
+    "full": {
+        "chaos": {"docs": 2000, "workers": 4, "iters": 20000, "lease_s": 2.0,
+                  "kill_every": 0.3},
+        "throughput": {"docs": 2000, "iters": 20000,
+                       "workers": (1, 2, 3, 4, 6, 8)},
+        "lag": {"workers": 8, "iters": 20000, "capacity_docs": 2000, "before_s": 10.0,
+                "burst_s": 30.0, "sample_s": 1.0, "arrival_frac": 0.5},
+    },
+}
+CORPUS = 5_000_000       # the seed's re-scoring job
+DEADLINE_S = 3600        # ... and a deadline to size it for
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- a pool of lab workers ---------------------------------------------------------
+
+class Pool:
+    """n `handson.worker` processes, each in its own process group; stop() ends them."""
+
+    def __init__(self, url: str, db: Path, n: int, iters: int,
+                 args: tuple[str, ...] = (), env: dict | None = None):
+        self.procs: list[subprocess.Popen] = []
+        self.log = tempfile.TemporaryFile()
+        worker_env = {**os.environ, "REDIS_URL": url, "ITERS": str(iters),
+                      "IDEM": "1", "ACK_DELAY": "0", **(env or {})}
+        for _ in range(n):
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "handson.worker", "--queue", "handson.q",
+                 "--db", str(db), *args],
+                env=worker_env, stdin=subprocess.DEVNULL, stdout=self.log,
+                stderr=self.log, start_new_session=True))
+
+    def check(self) -> None:
+        """Raise with the workers' output if one exited on its own."""
+        for p in self.procs:
+            if p.poll() is not None:
+                self.log.seek(0)
+                tail = self.log.read().decode(errors="replace")[-1500:]
+                raise RuntimeError(f"worker {p.pid} exited with {p.returncode}:\n"
+                                   f"{tail}")
+
+    def stop(self) -> None:
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
+            for p in self.procs:
+                if p.poll() is None:
+                    try:
+                        os.killpg(p.pid, sig)
+                    except ProcessLookupError:
+                        pass
+            deadline = time.monotonic() + wait
+            for p in self.procs:
+                try:
+                    p.wait(timeout=max(0.05, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+        self.log.close()
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def fill(r, first: int, n: int, poison_every: int = 0) -> None:
+    """Enqueue docs first..first+n-1 as the seed's produce.py does."""
+    for i in range(first, first + n):
+        q.enqueue(r, {"doc_id": i, "text": produce.doc_text(i, poison_every)},
+                  job_id=f"doc-{i}", max_pending=10**9)
+
+
+def drain(r, url: str, db: Path, workers: int, iters: int, n: int,
+          timeout_s: float = 600.0) -> float:
+    """Docs/s: n docs waiting, then `workers` workers; slope from 90% to 10% left."""
+    fill(r, 0, n)
+    samples = []
+    with Pool(url, db, workers, iters) as pool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = q.stats(r)["pending"]
+            samples.append((time.monotonic(), left))
+            if left <= 0.1 * n:
+                break
+            pool.check()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{left} of {n} docs still waiting after "
+                                   f"{timeout_s:.0f} s")
+            time.sleep(0.02)
+    return slope_rate(samples, n)
+
+
+# -- 1. the four-way chaos table ---------------------------------------------------
+
+@dataclass
+class ChaosRow:
+    idem: int
+    ack_delay: float
+    kills: int
+    in_window: int      # kills that landed after a commit, before its ack
+    rows: int
+    distinct: int
+    counter: int
+    dlq: int
+    lost: int
+    verdict: str
+
+    @property
+    def duplicates(self) -> int:
+        return self.rows - self.distinct
+
+
+def kills_in_window(events_dir: Path) -> int:
+    """Workers whose last event is a commit: killed between commit and ack.
+
+    A worker stopped at the end of a run gets SIGTERM and finishes its job
+    (commit, then ack), so only a SIGKILL leaves a commit as the last word.
+    """
+    n = 0
+    for path in events_dir.glob("*.jsonl"):
+        lines = path.read_text(errors="replace").splitlines()
+        last = json.loads(lines[-1]) if lines else {}
+        n += last.get("ev") == "commit"
+    return n
+
+
+def chaos_once(cfg: ChaosConfig, url: str) -> tuple[Report, int]:
+    with tempfile.TemporaryDirectory(prefix="eo-measure-") as work:
+        report = chaos_run(cfg, redis_url=url, workdir=work)
+        return report, kills_in_window(Path(work) / "events")
+
+
+def chaos(size: str = "small", out: str | None = None, url: str | None = None,
+          seed: int = 0) -> list[ChaosRow]:
+    """The seed's table: IDEM 0/1 x ACK_DELAY 0/0.01, same kill schedule each."""
+    p = SIZES[size]["chaos"]
+    rows = []
+    with ExitStack() as stack:
+        url = url or stack.enter_context(redis_server.redis_url())
+        for idem in (0, 1):
+            for delay in (0.0, 0.01):
+                _log(f"chaos: IDEM={idem} ACK_DELAY={delay}, {p['docs']} docs, "
+                     f"{p['workers']} workers, a kill every ~{p['kill_every']} s ...")
+                cfg = ChaosConfig(docs=p["docs"], workers=p["workers"],
+                                  iters=p["iters"], lease_s=p["lease_s"],
+                                  kill_every=p["kill_every"], seed=seed,
+                                  idem=bool(idem),
+                                  ack_delay=delay)
+                rep, window = chaos_once(cfg, url)
+                s = rep.stats
+                rows.append(ChaosRow(idem, delay, s["kills"], window, s["rows"],
+                                     s["distinct"], s["counter"], s["dlq"], s["lost"],
+                                     rep.verdict))
+    print(chaos_table(rows))
+    if out:
+        _save(chaos_figure(rows), out, "chaos.png")
+    return rows
+
+
+def chaos_table(rows: list[ChaosRow]) -> str:
+    head = (f"{'IDEM':>4} {'ACK_DELAY':>9} {'kills':>5} {'in window':>9} "
+            f"{'rows':>5} {'distinct':>8} {'dupes':>5} {'counter':>7} {'DLQ':>4} "
+            f"{'lost':>4}  verdict")
+    lines = [head]
+    for x in rows:
+        lines.append(f"{x.idem:>4} {x.ack_delay:>9} {x.kills:>5} {x.in_window:>9} "
+                     f"{x.rows:>5} {x.distinct:>8} {x.duplicates:>5} {x.counter:>7} "
+                     f"{x.dlq:>4} {x.lost:>4}  {x.verdict}")
+    return "\n".join(lines)
+
+
+def chaos_figure(rows: list[ChaosRow]):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 3.2))
+    ax = fig.subplots()
+    labels = [f"IDEM={x.idem}\nACK_DELAY={x.ack_delay}" for x in rows]
+    xs = range(len(rows))
+    ax.bar([i - 0.2 for i in xs], [x.in_window for x in rows], width=0.4,
+           label="kills between commit and ack", color="#bbbbbb")
+    ax.bar([i + 0.2 for i in xs], [x.duplicates for x in rows], width=0.4,
+           label="duplicate rows", color="#c0392b")
+    ax.set_xticks(list(xs), labels)
+    ax.set_ylabel("count")
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+# -- 2. throughput against worker count --------------------------------------------
+
+@dataclass
+class Throughput:
+    iters: int
+    docs: int
+    cpu_count: int
+    rates: dict[int, float] = field(default_factory=dict)   # workers -> docs/s
+
+    @property
+    def best(self) -> tuple[int, float]:
+        w = max(self.rates, key=self.rates.get)
+        return w, self.rates[w]
+
+    @property
+    def knee(self) -> int:
+        """The worker count after which one more step adds under 15%."""
+        ws = sorted(self.rates)
+        for a, b in zip(ws, ws[1:], strict=False):
+            if self.rates[b] < 1.15 * self.rates[a]:
+                return a
+        return ws[-1]
+
+    def littles_law(self, corpus: int = CORPUS, deadline_s: float = DEADLINE_S
+                    ) -> dict:
+        """Time for the corpus at the best rate; workers and machines for a deadline."""
+        _w, best = self.best
+        per_worker = self.rates[min(self.rates)] / min(self.rates)
+        need = corpus / deadline_s
+        workers = math.ceil(need / per_worker)
+        per_machine = self.cpu_count or 1
+        return {"corpus": corpus, "best_rate": best, "hours": corpus / best / 3600,
+                "deadline_s": deadline_s, "needed_rate": need,
+                "per_worker": per_worker, "workers": workers,
+                "machines": math.ceil(workers / per_machine)}
+
+
+def throughput(size: str = "small", out: str | None = None,
+               url: str | None = None) -> Throughput:
+    """Docs/s for each worker count on the same documents, no kills."""
+    p = SIZES[size]["throughput"]
+    result = Throughput(p["iters"], p["docs"], os.cpu_count() or 1)
+    with ExitStack() as stack:
+        url = url or stack.enter_context(redis_server.redis_url())
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="eo-tp-")))
+        r = redis_server.connect(url, decode_responses=True)
+        stack.callback(r.close)
+        for w in p["workers"]:
+            _log(f"throughput: {w} worker(s), {p['docs']} docs, ITERS={p['iters']} ...")
+            q.reset(r)
+            db = setup_db.setup(work / f"results-{w}.db")
+            result.rates[w] = drain(r, url, db, w, p["iters"], p["docs"])
+            _log(f"  {result.rates[w]:,.0f} docs/s")
+    print(throughput_text(result))
+    if out:
+        _save(throughput_figure(result), out, "throughput.png")
+    return result
+
+
+def throughput_text(t: Throughput) -> str:
+    base = t.rates[min(t.rates)]
+    lines = [f"{'workers':>7} {'docs/s':>8} {'speed-up':>8}"]
+    for w in sorted(t.rates):
+        lines.append(f"{w:>7} {t.rates[w]:>8,.0f} {t.rates[w] / base:>7.2f}x")
+    ll = t.littles_law()
+    lines += [
+        "",
+        f"knee at {t.knee} worker(s); this machine has os.cpu_count() = "
+        f"{t.cpu_count}: each worker is a process that keeps one core busy, so "
+        "past the core count more workers only take turns.",
+        f"Little's Law: {ll['corpus']:,} docs at {ll['best_rate']:,.0f} docs/s = "
+        f"{ll['hours']:.1f} h on this machine (ITERS={t.iters}).",
+        f"For a {ll['deadline_s'] / 3600:g} h deadline: {ll['needed_rate']:,.0f} "
+        f"docs/s / {ll['per_worker']:,.0f} per worker = {ll['workers']} workers "
+        f"= {ll['machines']} machines like this one.",
+    ]
+    return "\n".join(lines)
+
+
+def throughput_figure(t: Throughput):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3.2))
+    ax = fig.subplots()
+    ws = sorted(t.rates)
+    ax.plot(ws, [t.rates[w] for w in ws], "o-", color="#2c3e50", label="measured")
+    ax.axvline(t.cpu_count, ls="--", color="#888888",
+               label=f"os.cpu_count() = {t.cpu_count}")
+    ax.set_xlabel("workers")
+    ax.set_ylabel("docs / s")
+    ax.set_ylim(bottom=0)
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+# -- 3. lag under a spike ----------------------------------------------------------
+
+@dataclass
+class Lag:
+    workers: int
+    capacity: float             # docs/s, measured first with the same workers
+    arrival: float              # docs/s the steady producer achieved
+    burst: int
+    burst_at: float             # seconds from the start of sampling
+    samples: list[tuple[float, int, float]]   # (t, pending, oldest age s)
+    slope: float                # fitted docs/s while the burst drained (negative)
+
+    @property
+    def expected_slope(self) -> float:
+        return -(self.capacity - self.arrival)
+
+
+def _fit(points: list[tuple[float, int]]) -> float:
+    ts, ys = [p[0] for p in points], [p[1] for p in points]
+    mt, my = statistics.fmean(ts), statistics.fmean(ys)
+    return (sum((t - mt) * (y - my) for t, y in points)
+            / sum((t - mt) ** 2 for t in ts))
+
+
+def drain_slope(samples, burst_at: float) -> float:
+    """Least-squares slope while the backlog falls from 80% to 20% of its peak."""
+    after = [(t, n) for t, n, _ in samples if t >= burst_at]
+    peak_i = max(range(len(after)), key=lambda i: after[i][1])
+    peak = after[peak_i][1]
+    window = [(t, n) for t, n in after[peak_i:] if 0.2 * peak <= n <= 0.8 * peak]
+    if len(window) < 3:
+        window = [(t, n) for t, n in after[peak_i:] if n > 0][:max(3, len(window))]
+    if len(window) < 2:
+        raise RuntimeError("the burst drained too fast to fit a slope; use a "
+                           "bigger burst or sample more often")
+    return _fit(window)
+
+
+def lag(size: str = "small", out: str | None = None, url: str | None = None) -> Lag:
+    """Capacity first, then a steady producer at a fraction of it and a burst."""
+    p = SIZES[size]["lag"]
+    with ExitStack() as stack:
+        url = url or stack.enter_context(redis_server.redis_url())
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="eo-lag-")))
+        r = redis_server.connect(url, decode_responses=True)
+        stack.callback(r.close)
+        q.reset(r)
+        db = setup_db.setup(work / "results.db")
+        _log(f"lag: measuring the capacity of {p['workers']} workers on "
+             f"{p['capacity_docs']} docs ...")
+        fill(r, 0, p["capacity_docs"])
+        pool = stack.enter_context(Pool(url, db, p["workers"], p["iters"]))
+        samples0, deadline = [], time.monotonic() + 600
+        while (left := q.stats(r)["pending"]) > 0.1 * p["capacity_docs"]:
+            samples0.append((time.monotonic(), left))
+            pool.check()
+            if time.monotonic() > deadline:
+                raise RuntimeError("the capacity run did not drain in 600 s")
+            time.sleep(0.02)
+        samples0.append((time.monotonic(), left))
+        capacity = slope_rate(samples0, p["capacity_docs"])
+        while q.stats(r)["pending"] or q.stats(r)["inflight"]:
+            time.sleep(0.05)
+        rate = capacity * p["arrival_frac"]
+        burst = max(20, round(capacity * p["burst_s"]))
+        _log(f"  capacity {capacity:,.0f} docs/s; now a steady {rate:,.0f} docs/s, "
+             f"then {burst:,} at once after {p['before_s']:g} s ...")
+        result = _spike(r, url, pool, p, capacity, rate, burst)
+    print(lag_text(result))
+    if out:
+        _save(lag_figure(result), out, "lag.png")
+    return result
+
+
+def _spike(r, url, pool, p, capacity, rate, burst) -> Lag:
+    stop = threading.Event()
+    sent = {"n": 0, "t": 0.0}
+    first = 10**6
+
+    def producer() -> None:
+        pr = redis_server.connect(url, decode_responses=True)
+        t0 = time.monotonic()
+        while not stop.is_set():
+            due = t0 + sent["n"] / rate
+            if (wait := due - time.monotonic()) > 0:
+                stop.wait(wait)
+                continue
+            fill(pr, first + sent["n"], 1)
+            sent["n"] += 1
+        sent["t"] = time.monotonic() - t0
+        pr.close()
+
+    thread = threading.Thread(target=producer, daemon=True)
+    samples: list[tuple[float, int, float]] = []
+    expected_drain = burst / max(capacity - rate, 1e-9)
+    t0 = time.monotonic()
+    thread.start()
+    burst_at, burst_done = p["before_s"], False
+    # sample until the burst has drained (and a little after), or give up at 4x
+    # the drain time the arithmetic predicts: a busy machine drains slower.
+    give_up = burst_at + 4.0 * expected_drain + 10 * p["sample_s"]
+    drained_at = None
+    next_sample = t0
+    try:
+        while (now := time.monotonic()) - t0 < give_up:
+            if not burst_done and now - t0 >= burst_at:
+                fill(r, 2 * first, burst)
+                burst_done = True
+            if now >= next_sample:
+                s = q.stats(r)
+                samples.append((round(now - t0, 3), s["pending"],
+                                s["oldest_pending_age_s"]))
+                next_sample += p["sample_s"]
+                pool.check()
+                if (burst_done and drained_at is None
+                        and s["pending"] <= max(5, 0.02 * burst)):
+                    drained_at = now
+            if drained_at and now - drained_at > max(2.0, 0.2 * expected_drain):
+                break
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    if drained_at is None:
+        _log(f"  warning: the burst had not drained after {give_up:.0f} s: arrivals "
+             "are at or above what the workers manage on this machine right now")
+    arrival = sent["n"] / sent["t"] if sent["t"] else rate
+    return Lag(p["workers"], capacity, arrival, burst, burst_at, samples,
+               drain_slope(samples, burst_at))
+
+
+def lag_text(x: Lag) -> str:
+    peak = max(n for _, n, _ in x.samples)
+    return "\n".join([
+        f"workers {x.workers}: capacity {x.capacity:,.1f} docs/s, steady arrivals "
+        f"{x.arrival:,.1f} docs/s, burst of {x.burst:,} at t={x.burst_at:g} s",
+        f"peak backlog {peak:,}; measured drain slope {x.slope:,.1f} docs/s; "
+        f"capacity - arrivals = {-x.expected_slope:,.1f} docs/s "
+        f"(ratio {x.slope / x.expected_slope:.2f})",
+        f"drain time expected {x.burst / -x.expected_slope:,.1f} s "
+        "(backlog / (capacity - arrivals))",
+    ])
+
+
+def lag_figure(x: Lag):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 3.2))
+    ax = fig.subplots()
+    ts = [t for t, _, _ in x.samples]
+    ax.plot(ts, [n for _, n, _ in x.samples], "o-", ms=3, color="#2c3e50",
+            label="pending (sampled)")
+    peak_t, peak = max(((t, n) for t, n, _ in x.samples), key=lambda s: s[1])
+    end = peak_t + peak / -x.expected_slope
+    ax.plot([peak_t, end], [peak, 0], "--", color="#c0392b",
+            label=f"capacity - arrivals = {-x.expected_slope:,.0f}/s")
+    ax.axvline(x.burst_at, color="#bbbbbb", lw=1)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("jobs waiting")
+    ax.set_ylim(bottom=0)
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+# -- the command ----------------------------------------------------------------
+
+def _save(fig, out: str, name: str) -> Path:
+    path = Path(out) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    _log(f"plot saved to {path}")
+    return path
+
+
+COMMANDS = {"chaos": chaos, "throughput": throughput, "lag": lag}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=COMMANDS)
+    ap.add_argument("--size", choices=SIZES, default="full")
+    ap.add_argument("--out", default=".", help="directory for the plot (PNG)")
+    ap.add_argument("--json", action="store_true", help="also print the result as JSON")
+    args = ap.parse_args(argv)
+    try:
+        result = COMMANDS[args.what](args.size, args.out)
+    except (RuntimeError, redis_server.RedisUnavailable) as err:
+        print(f"measure {args.what} failed: {err}", file=sys.stderr)
+        return 1
+    if args.json:
+        data = ([asdict(x) for x in result] if isinstance(result, list)
+                else asdict(result))
+        print(json.dumps(data, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""The outbox measured: save handlers and relays killed with SIGKILL, then counted.
+
+Three experiments, each from empty tables and an empty queue:
+
+- `dual_write`: a save handler process saves N documents and is killed at the
+  named point between its two steps on K seeded documents, restarted each time
+  with the next document. Then the relay (for the outbox) and a consumer run,
+  and we count documents without a job and jobs without a document.
+- `relay_kills`: N documents saved through the outbox; the relay process is
+  killed between publishing a row and marking it sent, K times. We count the
+  deliveries and the effects the consumer applied, with and without its key.
+- `out_of_order`: W writers take outbox ids in order and commit in a seeded
+  shuffled order while the relay polls after every commit. The high-water
+  relay skips rows; the sent-flag relay does not.
+
+    python -m handson.outbox_runs          # all three tables, SQLite + a private Redis
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import tempfile
+from dataclasses import asdict, dataclass
+
+import redis
+
+from handson import outbox
+from handson.contract import load_queue
+from handson.sqldb import Database, default_target
+from handson.worker_process import WorkerError, run_or_kill
+
+MODULE = "handson.outbox"
+
+
+@dataclass
+class SaveRun:
+    mode: str
+    saves: int
+    kills: int
+    documents: int
+    jobs: int
+    documents_without_job: int
+    jobs_without_document: int
+
+
+@dataclass
+class RelayRun:
+    consumer: str
+    documents: int
+    relay_kills: int
+    deliveries: int
+    duplicate_deliveries: int
+    effects: int
+    duplicate_effects: int
+    lost: int
+
+
+@dataclass
+class OrderRun:
+    loop: str
+    writers: int
+    commit_order: list[int]
+    published: int
+    skipped: int
+
+
+class Bench:
+    """The database target, the Redis URL and the queue, emptied for each run."""
+
+    def __init__(self, target: str, redis_url: str, queue: str = "handson.q",
+                 timeout_s: float = 30.0, module: str | None = None):
+        self.target, self.redis_url, self.queue_spec = target, redis_url, queue
+        self.queue = load_queue(queue)
+        self.r = redis.Redis.from_url(redis_url)
+        self.timeout_s = timeout_s
+        # a learner's module: its save, relay and consumer run, each in its
+        # own process; None: the reference, with the relay and consumer in-process
+        self.module = module
+
+    def fresh(self) -> Database:
+        db = Database(self.target)
+        outbox.setup(db, fresh=True)
+        outbox.consume_all(db, self.r, self.queue)      # empty the queue
+        outbox.setup(db, fresh=True)
+        return db
+
+    def drain(self, db: Database, keyed: bool = True) -> list[int]:
+        """Every job left in the queue, consumed and acked: the doc ids."""
+        if self.module:
+            return self.process("consume", [], None)["delivered"]
+        return outbox.consume_all(db, self.r, self.queue, keyed)
+
+    def poll(self, db: Database, loop: str) -> int:
+        """One relay batch; how many rows it published."""
+        if self.module:
+            return int(self.process("relay", ["--once"], None)["published"])
+        return outbox.relay_batch(db, self.r, self.queue, loop)
+
+    def process(self, role: str, extra: list[str], kill_at: int | None
+                ) -> dict | None:
+        """Run the save handler, relay or consumer; SIGKILL it at its named
+        point for item `kill_at` if given. Its JSON result, or None if killed."""
+        args = [role, "--db", self.target, "--redis", self.redis_url, "--queue",
+                self.queue_spec, "--limit-s", repr(self.timeout_s), *extra]
+        if self.module:
+            args += ["--module", self.module]
+        if kill_at is not None:
+            args += ["--pause-at", "between", "--pause-n", str(kill_at)]
+        stop = f"between {kill_at}" if kill_at is not None else None
+        result = run_or_kill(MODULE, args, stop, self.timeout_s)
+        if result is not None and "error" in result:
+            raise WorkerError(f"{role}: {result['error']}")
+        return result
+
+    def close(self) -> None:
+        self.r.close()
+
+
+def kill_points(n: int, kills: int, seed: int) -> list[int]:
+    return sorted(random.Random(seed).sample(range(1, n), kills))
+
+
+def dual_write(bench: Bench, mode: str, docs: int = 100, kills: int = 3,
+               seed: int = 7) -> SaveRun:
+    db = bench.fresh()
+    try:
+        start = 0
+        for k in [*kill_points(docs, kills, seed), None]:
+            args = ["--mode", mode, "--docs", str(start), str(docs)]
+            bench.process("save", args, k)
+            start = k + 1 if k is not None else docs
+        if mode == "outbox":
+            bench.process("relay", [], None)
+        jobs = bench.drain(db)
+        saved = outbox.documents(db)
+        return SaveRun(mode, docs, kills, len(saved), len(jobs),
+                       len(saved - set(jobs)), len(set(jobs) - saved))
+    finally:
+        db.close()
+
+
+def relay_kills(bench: Bench, keyed: bool, docs: int = 100, kills: int = 3,
+                seed: int = 11) -> RelayRun:
+    db = bench.fresh()
+    try:
+        for doc_id in range(docs):
+            outbox.save(db, bench.r, bench.queue, doc_id, f"document {doc_id}",
+                        "outbox")
+        ids = sorted(i for (i,) in db.query("SELECT id FROM outbox"))
+        for k in [*(ids[i] for i in kill_points(docs, kills, seed)), None]:
+            bench.process("relay", [], k)
+        delivered = bench.drain(db, keyed)
+        applied, distinct = outbox.effects(db)
+        return RelayRun("with its key" if keyed else "without a key", docs, kills,
+                        len(delivered), len(delivered) - len(set(delivered)),
+                        applied, applied - distinct, docs - len(set(delivered)))
+    finally:
+        db.close()
+
+
+def doubled_deliveries(bench: Bench, docs: int = 20) -> RelayRun:
+    """Every document's job delivered twice on purpose: the consumer's key alone
+    decides how many effects there are."""
+    db = bench.fresh()
+    try:
+        for doc_id in range(docs):
+            db.run("INSERT INTO documents (id, body) VALUES (?, ?)",
+                   (doc_id, f"document {doc_id}"))
+            for _ in range(2):
+                bench.queue.enqueue(bench.r, {"doc_id": doc_id})
+        delivered = bench.drain(db)
+        applied, distinct = outbox.effects(db)
+        return RelayRun("learner" if bench.module else "with its key", docs, 0,
+                        len(delivered), len(delivered) - len(set(delivered)),
+                        applied, applied - distinct, docs - distinct)
+    finally:
+        db.close()
+
+
+def observe_all(bench: Bench, docs: int = 40, kills: int = 3) -> dict:
+    """The three experiments on a module, as plain data (for a grader)."""
+    runs = {
+        "save_killed": lambda: dual_write(bench, "outbox", docs, kills),
+        "relay_killed": lambda: relay_kills(bench, True, docs, kills),
+        "doubled_deliveries": lambda: doubled_deliveries(bench),
+        "out_of_order": lambda: out_of_order(bench, "flag"),
+    }
+    out = {}
+    for name, run in runs.items():
+        try:
+            out[name] = asdict(run())
+        except (WorkerError, OSError) as err:
+            out[name] = {"error": str(err)}
+    return out
+
+
+def _commit_and_poll(bench: Bench, db: Database, loop: str, commits: list,
+                     commit_order: list[int]) -> OrderRun:
+    """Run each commit, let the relay poll after each, then count what got out."""
+    for commit in commits:
+        commit()
+        bench.poll(db, loop)
+    for _ in range(len(commits) + 1):     # then poll until a poll finds nothing
+        if bench.poll(db, loop) == 0:
+            break
+    published = bench.drain(db)
+    return OrderRun(loop, len(commits), commit_order, len(published),
+                    len(commits) - len(set(published)))
+
+
+def out_of_order(bench: Bench, loop: str, writers: int = 8, seed: int = 3
+                 ) -> OrderRun:
+    """Ids taken in order 1..W, commits in a shuffled order, a poll after each."""
+    db = bench.fresh()
+    conns = [Database(bench.target) for _ in range(writers)]
+    try:
+        ids = [outbox.next_outbox_id(c) for c in conns]
+        order = list(range(writers))
+        random.Random(seed).shuffle(order)
+        commits = [lambda i=i: outbox.save_with_id(conns[i], ids[i], i,
+                                                   f"document {i}") for i in order]
+        return _commit_and_poll(bench, db, loop, commits, [ids[i] for i in order])
+    finally:
+        for c in conns:
+            c.close()
+        db.close()
+
+
+def out_of_order_natural(bench: Bench, loop: str, writers: int = 8, seed: int = 3
+                         ) -> OrderRun:
+    """PostgreSQL only: W open transactions insert in order (ids from the
+    table's own identity) and commit shuffled. No id is taken by hand."""
+    db = bench.fresh()
+    if db.dialect != "postgres":
+        db.close()
+        raise ValueError("SQLite lets one transaction write at a time, so the "
+                         "second insert would wait for the first commit; use "
+                         "out_of_order() there")
+    conns = [Database(bench.target) for _ in range(writers)]
+    try:
+        txs, ids = [], []
+        for i, c in enumerate(conns):   # all W transactions open at once
+            tx = c.transaction()
+            tx.__enter__()
+            txs.append(tx)
+            c.run("INSERT INTO documents (id, body) VALUES (?, ?)",
+                  (i, f"document {i}"))
+            ids.append(c.query("INSERT INTO outbox (doc_id) VALUES (?) "
+                               "RETURNING id", (i,))[0][0])
+        order = list(range(writers))
+        random.Random(seed).shuffle(order)
+        commits = [lambda i=i: txs[i].__exit__(None, None, None) for i in order]
+        return _commit_and_poll(bench, db, loop, commits, [ids[i] for i in order])
+    finally:
+        for c in conns:
+            c.close()
+        db.close()
+
+
+def render(rows: list) -> str:
+    """A plain table of dataclass rows (for the terminal)."""
+    names = list(vars(rows[0]))
+    cells = [[str(getattr(x, n)) for n in names] for x in rows]
+    widths = [max(len(n), *(len(c[i]) for c in cells)) for i, n in enumerate(names)]
+    lines = [[n.replace("_", " ") for n in names], *cells]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)
+                               ).rstrip() for line in lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="the outbox experiments")
+    p.add_argument("--db", help="SQLite file or PostgreSQL URL (default: "
+                   "DATABASE_URL, else a temporary SQLite file)")
+    p.add_argument("--queue", default="handson.q")
+    p.add_argument("--module", help="a learner's outbox module (.py) to run")
+    p.add_argument("--json", action="store_true",
+                   help="the experiments on --module as JSON, for the grader")
+    a = p.parse_args(argv)
+    from handson.redis_server import redis_url
+    with tempfile.TemporaryDirectory(prefix="eo-outbox-") as tmp, \
+            redis_url() as url:
+        bench = Bench(a.db or default_target(os.path.join(tmp, "app.sqlite")),
+                      url, a.queue, module=a.module and os.path.abspath(a.module))
+        if a.json:
+            print(json.dumps(observe_all(bench)))
+            bench.close()
+            return 0
+        print(render([dual_write(bench, m) for m in outbox.SAVE_MODES]), "\n")
+        print(render([relay_kills(bench, k) for k in (False, True)]), "\n")
+        print(render([out_of_order(bench, lp) for lp in outbox.RELAY_LOOPS]))
+        bench.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,270 @@
+"""One worker: claim a job, score it, write the score, ack; heartbeat meanwhile.
+
+    REDIS_URL=... python -m handson.worker --queue handson.q --db results.db \\
+        [--events DIR] [--lease 2] [--max-attempts 3] [--no-heartbeat] \\
+        [--ack-before-work]
+
+Environment: IDEM (1: idempotent sink, 0: naive), ACK_DELAY (seconds between
+commit and ack), ITERS (work per document), and for the chaos run CRASH_POINT
+(comma-separated names from CRASH_POINTS), CRASH_P, CRASH_SEED: at a named
+point the worker SIGKILLs itself with probability CRASH_P.
+
+The worker uses the queue only through the contract functions, so any module
+that meets the contract can be run, and judged, by the chaos engine. It imports
+little because the chaos run restarts it after every kill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+import redis
+
+from handson import setup_db, sink, work
+from handson.contract import ContractError, load_queue
+
+CRASH_POINTS = {
+    "after-claim": "right after claim returns, before any work",
+    "mid-call": "after any Redis reply inside a contract call, before it returns",
+    "after-commit": "after the score is committed, before the ack",
+    "during-heartbeat": "in the heartbeat thread, right after an extend",
+    "on-poison": "a poison document crashes the worker instead of raising",
+}
+PID = os.getpid()
+
+
+class Events:
+    """JSON lines in DIR/<pid>.jsonl; one write per line, so a kill loses none."""
+
+    def __init__(self, directory: str | None):
+        self.fd = None
+        if directory:
+            path = os.path.join(directory, f"{PID}.jsonl")
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def log(self, ev: str, **fields) -> None:
+        if self.fd is not None:
+            fields.update(ev=ev, pid=PID, t=time.monotonic_ns())
+            os.write(self.fd, (json.dumps(fields) + "\n").encode())
+
+
+class Crashes:
+    """Named crash points: SIGKILL ourselves there with a seeded probability."""
+
+    def __init__(self, events: Events):
+        self.points = {p for p in os.environ.get("CRASH_POINT", "").split(",") if p}
+        unknown = self.points - set(CRASH_POINTS)
+        if unknown:
+            sys.exit(f"unknown CRASH_POINT {sorted(unknown)}; "
+                     f"known: {', '.join(CRASH_POINTS)}")
+        self.p = float(os.environ.get("CRASH_P", "0") or 0)
+        self.rng = random.Random(int(os.environ.get("CRASH_SEED", "0") or 0))
+        self.events = events
+        self.call = threading.local()   # the contract call this thread is inside
+        if "mid-call" in self.points:
+            self._hook_replies()
+
+    def maybe(self, point: str, **fields) -> None:
+        if point in self.points and self.rng.random() < self.p:
+            self.events.log("crash_point", point=point, **fields)
+            os.kill(PID, signal.SIGKILL)
+            time.sleep(10)   # never reached: the signal is synchronous enough
+
+    def _hook_replies(self) -> None:
+        from redis.connection import AbstractConnection
+
+        original = AbstractConnection.read_response
+        crashes = self
+
+        def read_response(conn, *args, **kwargs):
+            reply = original(conn, *args, **kwargs)
+            name = getattr(crashes.call, "name", None)
+            if name:
+                crashes.maybe("mid-call", call=name)
+            return reply
+
+        AbstractConnection.read_response = read_response
+
+    def inside(self, name: str, fn, *args):
+        """Call a contract function, marking it for the mid-call crash point."""
+        self.call.name = name
+        try:
+            return fn(*args)
+        finally:
+            self.call.name = None
+
+
+class Heartbeat(threading.Thread):
+    """Extends the lease every lease/3; on a refusal sets `lost` and stops."""
+
+    def __init__(self, w: Worker, job_id: str, attempt: int):
+        super().__init__(daemon=True)
+        self.w, self.job_id, self.attempt = w, job_id, attempt
+        self.stopped = threading.Event()
+        self.lost = False
+
+    def run(self) -> None:
+        w = self.w
+        while not self.stopped.wait(w.lease_s / 3):
+            t0 = time.monotonic_ns()
+            try:
+                ok = bool(w.crashes.inside("extend", w.q.extend, w.r, self.job_id,
+                                          self.attempt, w.lease_s))
+            except Exception as err:  # a broken queue or Redis: stop the job
+                w.events.log("error", call="extend", error=repr(err))
+                ok = False
+            w.events.log("extend" if ok else "extend_refused", job=self.job_id,
+                         attempt=self.attempt, t0=t0)
+            if not ok:
+                self.lost = True
+                return
+            w.crashes.maybe("during-heartbeat", job=self.job_id, attempt=self.attempt)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=30)
+
+
+class Worker:
+    def __init__(self, args: argparse.Namespace, r: redis.Redis, q):
+        self.r, self.q = r, q
+        self.lease_s, self.max_attempts = args.lease, args.max_attempts
+        self.heartbeat = not args.no_heartbeat and not args.ack_before_work
+        self.ack_before_work = args.ack_before_work
+        self.idem = os.environ.get("IDEM", "1") == "1"
+        self.ack_delay = float(os.environ.get("ACK_DELAY", "0") or 0)
+        self.events = Events(args.events)
+        self.crashes = Crashes(self.events)
+        self.db = setup_db.connect(args.db) if not args.reap_only else None
+        self.stopping = False
+        self.reap_every = min(0.5, self.lease_s / 2)
+
+    def call(self, name: str, *args):
+        return self.crashes.inside(name, getattr(self.q, name), self.r, *args)
+
+    def reap(self) -> None:
+        requeued, dead = self.call("reap", self.max_attempts)
+        if requeued or dead:
+            self.events.log("reap", requeued=requeued, dead=dead)
+
+    def run(self) -> None:
+        self.events.log("start")
+        last_reap, idle = 0.0, False
+        while not self.stopping:
+            if time.monotonic() - last_reap > self.reap_every:
+                self.reap()
+                last_reap = time.monotonic()
+            t0 = time.monotonic_ns()
+            job = self.call("claim", self.lease_s)
+            if job is None:
+                if not idle:
+                    self.events.log("idle")
+                    idle = True
+                time.sleep(0.05)
+                continue
+            idle = False
+            job_id, payload, attempt = job
+            self.events.log("claim", job=job_id, attempt=attempt, t0=t0)
+            self.crashes.maybe("after-claim", job=job_id, attempt=attempt)
+            self.process(job_id, payload, attempt)
+        self.events.log("stop")
+
+    def ack(self, job_id: str, attempt: int) -> None:
+        t0 = time.monotonic_ns()
+        ok = bool(self.call("ack", job_id, attempt))
+        self.events.log("ack" if ok else "ack_refused", job=job_id, attempt=attempt,
+                        t0=t0)
+
+    def process(self, job_id: str, payload, attempt: int) -> None:
+        if self.ack_before_work:
+            self.ack(job_id, attempt)
+        hb = Heartbeat(self, job_id, attempt) if self.heartbeat else None
+        if hb:
+            hb.start()
+        try:
+            if isinstance(payload, (str, bytes)):
+                payload = json.loads(payload)
+            s = work.score(payload["text"])
+        except (ValueError, KeyError, TypeError) as err:
+            if hb:
+                hb.stop()
+            if "POISON" in str(err):
+                self.crashes.maybe("on-poison", job=job_id, attempt=attempt)
+            error = str(err) if isinstance(err, ValueError) else f"bad payload: {err!r}"
+            t0 = time.monotonic_ns()
+            ok = bool(self.call("fail", job_id, attempt, error))
+            self.events.log("fail", job=job_id, attempt=attempt, ok=ok, error=error,
+                            t0=t0)
+            return
+        if hb and hb.lost:
+            hb.stop()
+            self.events.log("abandoned", job=job_id, attempt=attempt)
+            print(f"worker {PID}: lease of {job_id} attempt {attempt} was lost; "
+                  "abandoned it (no commit, no ack)", file=sys.stderr)
+            return
+        effect = sink.apply(self.db, job_id, payload.get("doc_id"), s, attempt,
+                            self.idem)
+        self.events.log("commit", job=job_id, attempt=attempt, effect=effect)
+        self.crashes.maybe("after-commit", job=job_id, attempt=attempt)
+        if self.ack_delay:
+            time.sleep(self.ack_delay)
+        if hb:
+            hb.stop()
+        if not self.ack_before_work:
+            self.ack(job_id, attempt)
+
+    def reap_forever(self) -> None:
+        """--reap-only: a bare reaper, to make reapers race each other."""
+        while not self.stopping:
+            self.reap()
+            time.sleep(0.002)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--queue", default="handson.q", help="module name or path")
+    ap.add_argument("--db", default="results.db")
+    ap.add_argument("--events", default=None, help="directory for <pid>.jsonl")
+    ap.add_argument("--lease", type=float, default=2.0, help="lease in seconds")
+    ap.add_argument("--max-attempts", type=int, default=3)
+    ap.add_argument("--no-heartbeat", action="store_true")
+    ap.add_argument("--ack-before-work", action="store_true")
+    ap.add_argument("--reap-only", action="store_true", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        sys.exit("REDIS_URL is not set. Start a server with "
+                 "`python -m handson.redis_server` and export the URL it prints.")
+    try:
+        q = load_queue(args.queue)
+    except ContractError as err:
+        sys.exit(str(err))
+    r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=30,
+                             socket_connect_timeout=5)
+    worker = Worker(args, r, q)
+
+    def on_term(signum, frame):
+        worker.stopping = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    try:
+        worker.reap_forever() if args.reap_only else worker.run()
+    except redis.ConnectionError as err:
+        sys.exit(f"worker {PID}: lost Redis at {url}: {err}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

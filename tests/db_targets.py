@@ -1,0 +1,26 @@
+"""The databases the lab's SQL is tested on: SQLite always, PostgreSQL where one exists.
+
+PostgreSQL is the server at DATABASE_URL (a scratch database: the tests drop the
+lab's tables) or, without it, a throwaway cluster started with `initdb` for the
+test module and deleted after. Only a machine with neither skips it, and says so.
+"""
+
+import pytest
+
+from handson import pg_server
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    if not pg_server.available():
+        pytest.skip("no PostgreSQL: set DATABASE_URL or install initdb/pg_ctl")
+    with pg_server.postgres_url() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_target(request, tmp_path):
+    """A database target string: a SQLite file or a PostgreSQL URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "jobs.sqlite")
+    return request.getfixturevalue("postgres_url")

@@ -1,0 +1,70 @@
+"""The benchmark end to end at a tiny size: the reference queue and the PING loop.
+
+The peers (RQ, Celery, huey, dramatiq) are installed only by `make bench`, so
+these tests run the part that needs none of them. No rate is asserted: a
+benchmark's numbers belong in its report, not in a pass/fail test.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from handson.bench import run, systems
+
+
+def test_slope_rate_ignores_start_up_and_stragglers():
+    samples = [(0.0, 100), (1.0, 100), (2.0, 90), (3.0, 50), (4.0, 10), (9.0, 0)]
+    assert run.slope_rate(samples, 100) == pytest.approx(40.0)
+
+
+def test_slope_rate_refuses_a_queue_that_did_not_drain():
+    with pytest.raises(run.BenchError, match="did not drain"):
+        run.slope_rate([(0.0, 100), (1.0, 95)], 100)
+
+
+def test_reference_and_ping_end_to_end():
+    res = subprocess.run(
+        [sys.executable, "-m", "handson.bench", "--size", "small", "--json",
+         "--only", "reference", "reference-batched"],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    got = {(x["system"], x["workers"]) for x in report["results"]}
+    assert got == {(s, w) for s in ("ping", "reference", "reference-batched")
+                   for w in (1, 2)}
+    assert all(x["rate"] > 0 and len(x["rates"]) == 1 for x in report["results"])
+    goals = {g["goal"] for g in report["goals"]}
+    assert "reference >= 90% of PING/2 per worker (1w)" in goals
+    assert "batched > 50,000 jobs/s per worker (1w)" in goals
+    assert "ping loop, 1 client(s)" in res.stderr      # progress is shown
+
+
+def test_filled_reference_queue_holds_exactly_n_jobs(r, redis_url, monkeypatch):
+    monkeypatch.setenv("BENCH_REDIS_URL", redis_url)
+    ref = systems.SYSTEMS["reference"]
+    ref.fill(r, 2500)
+    assert ref.remaining(r) == 2500
+
+
+def test_missing_peer_says_how_to_install(monkeypatch):
+    fake = systems.System("x", None, None, None, needs="no_such_peer_package")
+    assert "make bench" in fake.missing()
+    assert systems.SYSTEMS["reference"].missing() is None
+
+
+def test_table_marks_goals_met_or_short():
+    results = [run.Result("ping", 1, 10, [20_000.0]),
+               run.Result("reference", 1, 10, [9_500.0]),
+               run.Result("rq", 1, 10, [500.0]),
+               run.Result("reference-batched", 1, 10, [40_000.0])]
+    report = {"results": [vars(x) | {"rate": x.rate, "per_worker": x.per_worker}
+                          for x in results],
+              "skipped": {"celery": "celery is not installed"},
+              "goals": run.goals(results)}
+    text = run.table(report)
+    assert "MET   reference >= 90% of PING/2 per worker (1w): 95%" in text
+    assert "MET   reference >= 10x RQ (1w): 19.0x" in text
+    assert "SHORT batched > 50,000 jobs/s per worker (1w): 40,000" in text
+    assert "celery             skipped: celery is not installed" in text

@@ -1,0 +1,52 @@
+"""Each Break It experiment at its small size: the failure, then the fix."""
+
+import subprocess
+import sys
+
+from handson import breakit
+
+
+def test_lease_shorter_than_job_duplicates_then_heartbeat(redis_url):
+    exp = breakit.lease("small", url=redis_url)
+    assert exp.broken.duplicates > 0
+    assert exp.fixed.duplicates == 0
+    assert exp.fixed.dead == []
+    docs = breakit.SIZES["small"]["lease"]["docs"]
+    assert exp.fixed.summary["naive_distinct"] == docs
+    assert "nobody was killed" in exp.text()
+
+
+def test_no_attempt_limit_loops_then_limit_buries(redis_url):
+    exp = breakit.attempts("small", url=redis_url)
+    poison = exp.facts["poison"]
+    assert exp.broken.verdict == "unknown" and exp.broken.dlq == 0
+    assert exp.broken.max_deliveries > 3
+    assert exp.facts["share"][-1] > 0.9          # at the end: nothing but poison
+    assert exp.fixed.verdict == "valid"
+    assert exp.fixed.dlq == poison and exp.fixed.max_deliveries == 3
+
+
+def test_ack_before_work_loses_silently(redis_url):
+    exp = breakit.ack_before_work("small", url=redis_url)
+    assert exp.broken.lost > 0
+    assert exp.broken.dlq == 0
+    assert exp.fixed.lost == 0 and exp.fixed.verdict == "valid"
+    assert f"lost {exp.broken.lost} jobs" in exp.text()
+
+
+def test_unbounded_grows_bound_refuses(redis_url):
+    exp = breakit.unbounded("small", url=redis_url)
+    bound = breakit.SIZES["small"]["unbounded"]["bound"]
+    assert exp.broken.refused == 0
+    assert exp.broken.peak_pending > 2 * bound
+    assert exp.broken.memory_growth > exp.fixed.memory_growth
+    assert exp.fixed.refused > 0
+    assert exp.fixed.peak_pending <= bound
+    assert exp.fixed.last_age < exp.broken.last_age
+
+
+def test_unknown_experiment_is_a_clear_error():
+    res = subprocess.run([sys.executable, "-m", "handson.breakit", "nope"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert "invalid choice: 'nope'" in res.stderr

@@ -1,0 +1,91 @@
+"""The built "Queues and logs" page in headless Chromium with the network blocked.
+
+`make test` builds the book before pytest runs; this opens the page that build
+wrote (or, when it is missing or older than the chapter, builds the chapter alone
+into a temporary directory), presses Spike and Kill -9 with real clicks, reads
+the counters, and checks that the page's copy of the model gives the same
+trace as handson.sim. The checks live in scripts/check_sim_offline.py (also
+runnable by hand); this file only runs them.
+"""
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "_build" / "html" / "book" / "queues_and_logs.html"
+SOURCE = ROOT / "book" / "queues_and_logs.md"
+
+
+def _load_checker():
+    spec = importlib.util.spec_from_file_location(
+        "check_sim_offline", ROOT / "scripts" / "check_sim_offline.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+checker = _load_checker()
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    binary = checker.find_chromium()
+    if binary is None:
+        pytest.skip("chromium is not installed (CI installs it with .ci/services; "
+                    "Debian: apt-get install chromium)")
+    return binary
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    """The book's built page; if it is missing or stale, the chapter built alone."""
+    if PAGE.exists() and PAGE.stat().st_mtime >= SOURCE.stat().st_mtime:
+        return PAGE
+    src = tmp_path_factory.mktemp("qlogs-src")
+    out = tmp_path_factory.mktemp("qlogs-build")
+    shutil.copy(SOURCE, src / SOURCE.name)
+    print(f"{PAGE.relative_to(ROOT)} is missing or stale: building the chapter "
+          "alone (about a minute)")
+    res = subprocess.run([str(Path(sys.executable).with_name("jupyter-book")),
+                          "build", str(src / SOURCE.name), "--path-output", str(out)],
+                         capture_output=True, text=True, timeout=900)
+    built = out / "_build" / "_page" / SOURCE.stem / "html" / f"{SOURCE.stem}.html"
+    if res.returncode != 0 or not built.exists():
+        pytest.fail(f"building {SOURCE.name} alone failed:\n{res.stdout[-3000:]}"
+                    f"\n{res.stderr[-3000:]}")
+    return built
+
+
+def test_simulation_works_offline_in_the_built_page(chromium, page):
+    report = checker.check(page, chromium)
+    assert report["rendered"]
+    assert report["spike"]["waiting_after"] >= report["spike"]["waiting_before"] + 50
+    assert report["kill_ack_after"]["redelivered"] >= 1
+    assert report["kill_ack_after"]["lost"] == 0
+    assert report["kill_ack_before"]["lost"] == 1
+    assert report["same_trace_as_python"]
+    assert report["external_requests"] == []
+
+
+def test_checker_fails_clearly_on_a_missing_page(chromium, tmp_path):
+    with pytest.raises(FileNotFoundError, match="build the book first"):
+        checker.check(tmp_path / "nothing.html", chromium)
+
+
+def test_checker_notices_a_page_that_reaches_for_the_network(chromium, tmp_path):
+    # The real widget plus one external script: the check must refuse the page.
+    from handson import simwidget
+
+    script = (ROOT / "book" / "_static" / "queue-sim.js").read_text()
+    calc = simwidget.calculator_html(script, backlog=5_000_000, s_per_job=0.02,
+                                     workers=16)
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><head><script src='https://example.invalid/x.js'></script>"
+                   f"</head><body>{simwidget.html(script)}{calc}</body></html>")
+    with pytest.raises(AssertionError, match="tried the network"):
+        checker.check(bad, chromium)

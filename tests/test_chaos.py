@@ -1,0 +1,251 @@
+"""The chaos engine on a real Redis with real worker processes and real SIGKILL.
+
+The reference queue must come out valid; each deliberately broken queue in
+tests/corpus/queues must come out invalid with the invariant its bug breaks,
+and the correct mini queue (the broken ones' base) must pass the same run, so
+the detection is the bug's doing and not the configuration's.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from handson import chaos, redis_server
+from handson.chaos_engine import ChaosConfig, replay_command, run
+
+CORPUS = Path(__file__).parent / "corpus" / "queues"
+
+
+def _gone(pids: list[int]) -> list[int]:
+    """The pids from `pids` that still run a worker (pids may have been reused)."""
+    alive = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"handson.worker" in cmd:
+            alive.append(pid)
+    return alive
+
+
+def _run(cfg: ChaosConfig, url: str):
+    report = run(cfg, redis_url=url)
+    assert report.pids, "the engine started no worker"
+    assert _gone(report.pids) == [], "workers left behind"
+    return report
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_slow_reference_queue_is_valid_under_kill_every_300ms(seed, redis_url):
+    """2,000 documents, a SIGKILL every 0.3 s, IDEM=1: nothing lost, nothing twice."""
+    report = _run(ChaosConfig(docs=2000, workers=4, kill_every=0.3, seed=seed,
+                              iters=3000), redis_url)
+    assert report.verdict == "valid", report.text()
+    assert report.exit_code == 0
+    s = report.stats
+    assert s["kills"] >= 5, "the run was too short to be chaos"
+    poison = 2                                       # docs 7 and 1007
+    assert s["lost"] == 0 and s["dlq"] == poison
+    assert s["rows"] == s["counter"] == 2000 - poison
+    assert s["applied_histogram"] == {"0": poison, "1": 2000 - poison}
+    assert all(inv.ok for inv in report.invariants.values())
+
+
+def test_naive_sink_with_ack_delay_reports_duplicates_with_witnesses(redis_url):
+    """IDEM=0, ACK_DELAY=0.01; kills in the commit-to-ack window made certain."""
+    cfg = ChaosConfig(docs=2000, workers=4, kill_every=0.3, seed=4, idem=False,
+                      ack_delay=0.01, crash_points=("after-commit",), crash_p=0.003)
+    report = _run(cfg, redis_url)
+    twice = report.invariants["applied_twice"]
+    assert report.verdict == "invalid" and report.exit_code == 1
+    assert twice.ok is False and twice.count >= 1
+    assert report.invariants["lost"].ok is True
+    s = report.stats
+    extra = sum((int(k) - 1) * v for k, v in s["applied_histogram"].items()
+                if int(k) > 1)
+    assert s["rows"] == s["counter"] == s["distinct"] + extra
+    witness = twice.witnesses[0]
+    assert witness.count("APPLIED by worker") >= 2
+    assert "claimed by worker" in witness
+    assert "crash point after-commit" in witness or "killed (SIGKILL" in witness
+    text = report.text()
+    assert "FAIL applied_twice" in text and f"seed {cfg.seed}" in text
+    assert text.rstrip().endswith(report.replay)
+    assert report.replay.startswith("IDEM=0 ACK_DELAY=0.01 python -m handson.chaos 4")
+
+
+# Each broken queue, the run that shows its bug, and the invariant it breaks.
+BROKEN = {
+    "ack_no_fence": (dict(docs=60, iters=40000, heartbeat=False, kill_every=0,
+                          lease_s=0.02),             # every lease runs out mid-job
+                     "stale_ack_accepted"),
+    "claim_two_trips": (dict(docs=150, kill_every=0, crash_points=("mid-call",),
+                             crash_p=0.04, lease_s=1.0),
+                        "lost"),
+    "reap_not_atomic": (dict(docs=200, idem=False, kill_every=0,
+                             crash_points=("after-claim",), crash_p=0.1,
+                             lease_s=1.0, reapers=3),
+                        "applied_twice"),
+    "ack_in_claim": (dict(docs=200, kill_every=0, crash_points=("after-claim",),
+                          crash_p=0.05, lease_s=1.0),
+                     "lost"),
+    "extend_resurrects": (dict(docs=40, iters=150000, kill_every=0, pause_every=0.25,
+                               pause_s=1.0, lease_s=0.3, kill_until=1.0,
+                               kill_phase_s=3),      # pauses make zombies
+                          "stale_extend_accepted"),
+    "poison_never_counts": (dict(docs=200, poison_every=50, kill_every=0,
+                                 crash_points=("on-poison",), crash_p=1.0,
+                                 lease_s=0.3, kill_until=1.0, kill_phase_s=3),
+                            "over_delivered"),
+}
+
+
+# What a witness history of each invariant must show.
+SHOWS = {
+    "lost": lambda w: "never applied, not in the DLQ" in w,
+    "applied_twice": lambda w: w.count("APPLIED by worker") >= 2,
+    "stale_ack_accepted": lambda w: "accepted <- STALE" in w,
+    "stale_extend_accepted": lambda w: "accepted <- STALE" in w,
+    "over_delivered": lambda w: w.count("claimed by worker") > 3,
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_broken_queue_is_invalid_with_the_right_invariant(name, redis_url):
+    overrides, invariant = BROKEN[name]
+    cfg = ChaosConfig(queue=str(CORPUS / f"{name}.py"), seed=1, **overrides)
+    report = _run(cfg, redis_url)
+    broken = report.invariants[invariant]
+    assert report.verdict == "invalid", report.text()
+    assert broken.ok is False and broken.count >= 1, report.text()
+    assert broken.witnesses
+    for witness in broken.witnesses:
+        assert witness.lstrip().startswith("doc-")
+        assert SHOWS[invariant](witness), witness
+    assert f"FAIL {invariant}" in report.text()
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_correct_mini_queue_passes_the_same_run(name, redis_url):
+    overrides, _ = BROKEN[name]
+    cfg = ChaosConfig(queue=str(CORPUS / "mini_correct.py"), seed=1, **overrides)
+    report = _run(cfg, redis_url)
+    assert report.verdict == "valid", report.text()
+
+
+def test_queue_that_cannot_load_is_unknown_not_a_pass(redis_url, tmp_path):
+    bad = tmp_path / "broken_syntax.py"
+    bad.write_text("def claim(r, lease_s):\n    return (\n")
+    report = run(ChaosConfig(queue=str(bad), docs=10), redis_url=redis_url)
+    assert report.verdict == "unknown" and report.exit_code == 2
+    assert "syntax error" in report.reason
+    assert all(inv.ok is None for inv in report.invariants.values())
+
+
+def test_run_that_does_not_drain_in_time_is_unknown(redis_url):
+    cfg = ChaosConfig(docs=40, workers=1, kill_every=0, iters=3_000_000,
+                      drain_timeout_s=2.0)
+    report = _run(cfg, redis_url)
+    assert report.verdict == "unknown" and report.exit_code == 2, report.text()
+    assert "not drained after 2 s" in report.reason
+    assert report.invariants["lost"].ok is None
+
+
+def test_replay_command_parses_back_to_the_same_config():
+    cfg = ChaosConfig(queue="q2.py", docs=300, workers=3, seed=9, idem=False,
+                      ack_delay=0.01, crash_points=("after-commit", "mid-call"),
+                      crash_p=0.2, heartbeat=False, lease_s=0.5, reapers=2)
+    env_cmd = replay_command(cfg).split()
+    env = dict(kv.split("=") for kv in env_cmd if "=" in kv and "--" not in kv)
+    argv = env_cmd[env_cmd.index("handson.chaos") + 1:]
+    old = {k: os.environ.get(k) for k in ("IDEM", "ACK_DELAY", "CHAOS", "ITERS")}
+    try:
+        for k in old:
+            os.environ.pop(k, None)
+        os.environ.update(env)
+        again, _ = chaos.parse(argv)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert again == cfg
+
+
+def test_cli_json_is_machine_readable_and_exit_code_is_the_verdict(redis_url):
+    env = dict(os.environ, REDIS_URL=redis_url, CHAOS="0")
+    res = subprocess.run([sys.executable, "-m", "handson.chaos", "2", "--docs", "100",
+                          "--json"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    data = json.loads(res.stdout)
+    assert res.returncode == data["exit_code"] == 0, res.stderr[-2000:]
+    assert data["verdict"] == "valid" and data["stats"]["kills"] == 0
+    assert set(data["invariants"]) >= {"lost", "applied_twice", "unexpected",
+                                       "dead_without_reason", "stale_ack_accepted"}
+    assert "done" in res.stderr                       # progress went to stderr
+
+
+def _running_under(directory: Path) -> list[str]:
+    """Command lines of live processes that mention `directory` (ours alone)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+                state = (proc / "stat").read_text().split()[2]
+            except OSError:
+                continue
+            if str(directory).encode() in cmd and state != "Z":
+                found.append(cmd.decode(errors="replace"))
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_nothing_outlives_an_interrupted_or_killed_chaos_run(sig, tmp_path):
+    """Its own Redis and its workers die with the CLI, even on kill -9."""
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["TMPDIR"] = str(tmp_path)          # the server's and workers' dirs land here
+    cli = subprocess.Popen([sys.executable, "-m", "handson.chaos", "2", "--docs",
+                            "3000", "--iters", "20000"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        for line in cli.stderr:            # progress: the workers are running
+            if "kills=" in line and not line.startswith("[   0.0"):
+                break
+        assert any("handson.worker" in c for c in _running_under(tmp_path))
+        assert any("redis-server" in c for c in _running_under(tmp_path))
+        cli.send_signal(sig)
+        cli.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _running_under(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _running_under(tmp_path) == []
+    finally:
+        if cli.poll() is None:
+            os.killpg(cli.pid, signal.SIGKILL)
+            cli.wait(timeout=10)
+
+
+def test_redis_dying_mid_run_is_unknown_with_the_url():
+    server = redis_server.EmbeddedRedis().start()
+    try:
+        killer = threading.Timer(1.5, server.kill)
+        killer.start()
+        report = run(ChaosConfig(docs=3000, kill_every=0, iters=3000),
+                     redis_url=server.url)
+        killer.join()
+    finally:
+        server.stop()
+    assert report.verdict == "unknown" and report.exit_code == 2
+    assert server.url in report.reason
+    assert _gone(report.pids) == []

@@ -1,0 +1,224 @@
+"""The contract checks catch what they name, survive bad modules, and read no keys.
+
+Each broken queue is the reference `handson/q.py` with ONE deliberate mistake,
+written to a temporary file, so a check that fails can only be reacting to that
+mistake. (The reference itself passes every check: tests/test_queue.py.)
+"""
+
+import json
+import multiprocessing
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import handson.q
+from handson import contract_checks
+from handson.contract_checks import run_checks
+from handson.redis_server import RedisUnavailable
+
+SOURCE = Path(handson.q.__file__).read_text()
+
+
+def _lua_override(script: str, lua: str) -> str:
+    return f'\n{script} = _Script(_NOW + """\n{lua}\n""")\n'
+
+
+# name -> (edits to the source: (old, new) pairs or text to append, check that fails)
+BROKEN = {
+    "ack_without_attempt_check": (
+        [("\n     and tonumber(redis.call('HGET', KEYS[3], id)) == attempt then",
+          " then")], ["zombie_ack_refused", "owner_ack_after_zombie"]),
+    "extend_without_attempt_check": (
+        _lua_override("_extend", """
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), ARGV[1])
+return 1"""), ["zombie_extend_refused"]),
+    "extend_without_xx": (
+        _lua_override("_extend", """
+if tonumber(redis.call('HGET', KEYS[2], ARGV[1])) ~= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+return 1"""), ["extend_does_not_resurrect"]),
+    "extend_forgets_now": (
+        [("redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), ARGV[1])",
+          "redis.call('ZADD', KEYS[1], 'XX', tonumber(ARGV[3]), ARGV[1])")],
+        ["heartbeat_keeps_lease"]),
+    "fail_without_attempt_check": (
+        [("""  return 0
+end
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])""", """  -- (no fencing)
+end
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])""")], ["zombie_fail_refused"]),
+    "enqueue_not_idempotent": (
+        [("if redis.call('HEXISTS', KEYS[2], id) == 1 then return 0 end", "")],
+        ["enqueue_idempotent"]),
+    "enqueue_forgets_done": (
+        [("if done and tonumber(done) >= now - tonumber(ARGV[4]) then return 0 end",
+          "")], ["enqueue_idempotent"]),
+    "no_bound": (
+        [("if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[3]) then return -1 end",
+          "")], ["bound_refuses"]),
+    "claim_does_not_count": (
+        [("local n = redis.call('HINCRBY', KEYS[4], id, 1)",
+          "redis.call('HSETNX', KEYS[4], id, 1)\n"
+          "  local n = tonumber(redis.call('HGET', KEYS[4], id))")],
+        ["attempt_grows"]),
+    "payload_not_decoded": (
+        [("json.loads(p) if p else {}", "p")],
+        ["claim_returns_payload_and_attempt"]),
+    "reap_takes_live_leases": (
+        [("'-inf', now,\n", "'-inf', '+inf',\n")], ["reap_requeues_expired"]),
+    "killed_attempt_not_counted": (
+        [("  if used >= tonumber(ARGV[1]) then",
+          "  if lease == 0 and used >= tonumber(ARGV[1]) then")],
+        ["poison_to_dlq_with_reason", "killed_attempt_counts"]),
+    "reap_in_python_not_atomic": ('''
+def reap(r, max_attempts=3):
+    sec, usec = r.time()
+    now = sec * 1000 + usec // 1000
+    requeued = dead_n = 0
+    for job_id, lease in r.zrangebyscore(INFLIGHT, "-inf", now, withscores=True):
+        r.zrem(INFLIGHT, job_id)
+        if lease != 0:
+            r.hset(ERROR, job_id, LEASE_EXPIRED)
+        used = int(r.hget(ATTEMPTS, job_id) or 0) - int(r.hget(BASE, job_id) or 0)
+        if used >= max_attempts:
+            r.zadd(DLQ, {job_id: now})
+            dead_n += 1
+        else:
+            r.lpush(PENDING, job_id)
+            requeued += 1
+    return requeued, dead_n
+''', ["reap_atomic_concurrent"]),
+    "claim_peek_then_remove": ('''
+def claim(r, lease_s):
+    job_id = r.lindex(PENDING, -1)
+    if job_id is None:
+        return None
+    r.lrem(PENDING, -1, job_id)
+    n = r.hincrby(ATTEMPTS, job_id, 1)
+    sec, usec = r.time()
+    r.zadd(INFLIGHT, {job_id: sec * 1000 + usec // 1000 + _ms(lease_s)})
+    return _text(job_id), json.loads(r.hget(PAYLOAD, job_id)), n
+''', ["claim_atomic_concurrent"]),
+    "claim_in_two_round_trips": ('''
+_claim_rest = _Script(_NOW + """
+local n = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+return {n, redis.call('HGET', KEYS[3], ARGV[1])}""")
+
+
+def claim(r, lease_s):
+    job_id = r.rpop(PENDING)            # a kill between these two steps loses it
+    if job_id is None:
+        return None
+    n, p = _claim_rest(r, (INFLIGHT, ATTEMPTS, PAYLOAD, WAITING),
+                       (job_id, _ms(lease_s)))
+    return _text(job_id), json.loads(p), int(n)
+''', ["claim_atomic_concurrent"]),
+}
+
+
+def _write(tmp_path: Path, name: str, edits) -> str:
+    source = SOURCE
+    if isinstance(edits, str):
+        source += edits
+    else:
+        for old, new in edits:
+            assert source.count(old) == 1, f"{name}: the edit no longer applies"
+            source = source.replace(old, new)
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    return str(path)
+
+
+@pytest.mark.parametrize("variant,check", [
+    (variant, check) for variant, (_, checks) in BROKEN.items() for check in checks])
+def test_broken_queue_fails_the_named_check(variant, check, tmp_path, redis_url):
+    spec = _write(tmp_path, variant, BROKEN[variant][0])
+    [res] = run_checks(spec, redis_url, [check])
+    assert res.name == check
+    assert not res.ok, f"{variant} passed {check}: {res.got}"
+    assert res.got and res.hint and res.expected
+
+
+def test_another_key_layout_passes_every_check(tmp_path, redis_url):
+    """The checks read no key names: rename every key and the queue still passes."""
+    source = SOURCE.replace('TAG = "{q}"', 'TAG = "{learner}"')
+    for key in ("pending", "inflight", "payload", "attempts", "dlq", "done"):
+        source = source.replace(f'f"{{TAG}}:{key}"', f'f"{{TAG}}:my_{key}"')
+    path = tmp_path / "other_layout.py"
+    path.write_text(source)
+    results = run_checks(str(path), redis_url)
+    assert [x.name for x in results] == list(contract_checks.CHECKS)
+    assert all(x.ok for x in results), "\n".join(x.line() for x in results if not x.ok)
+
+
+BAD_MODULES = {
+    "raises_on_import": ("raise RuntimeError('no config')", "RuntimeError"),
+    "syntax_error": ("def claim(r, lease_s)\n    pass", "syntax error"),
+    "missing_functions": ("def claim(r, lease_s):\n    return None", "no function"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_MODULES))
+def test_a_module_that_cannot_load_is_a_clear_failure(name, tmp_path, redis_url):
+    source, words = BAD_MODULES[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(source + "\n")
+    [res] = run_checks(str(path), redis_url, ["enqueue_idempotent"])
+    assert not res.ok and words in res.got
+
+
+def _with_claim(body: str) -> str:
+    return SOURCE + f"\n\ndef claim(r, lease_s):\n{body}\n"
+
+
+def test_a_raising_function_is_a_failure_not_a_crash(tmp_path, redis_url):
+    path = tmp_path / "raises.py"
+    path.write_text(_with_claim("    raise KeyError('lease')"))
+    [res] = run_checks(str(path), redis_url, ["claim_returns_payload_and_attempt"])
+    assert not res.ok and "KeyError" in res.got
+
+
+def test_a_hanging_check_is_stopped_at_its_timeout(tmp_path, redis_url):
+    path = tmp_path / "hangs.py"
+    path.write_text(_with_claim("    import time\n    time.sleep(600)"))
+    [res] = run_checks(str(path), redis_url, ["attempt_grows"], timeout=1.5)
+    assert not res.ok and "no answer after 1.5 s" in res.got
+    assert multiprocessing.active_children() == []
+
+
+def test_a_module_that_exits_is_a_failure(tmp_path, redis_url):
+    path = tmp_path / "exits.py"
+    path.write_text(_with_claim("    import os\n    os._exit(7)"))
+    [res] = run_checks(str(path), redis_url, ["attempt_grows"])
+    assert not res.ok and "exited with code 7" in res.got
+
+
+def test_unknown_check_name_and_absent_redis(redis_url):
+    with pytest.raises(ValueError, match="unknown check"):
+        run_checks("handson.q", redis_url, ["no_such_check"])
+    with pytest.raises(RedisUnavailable, match="127.0.0.1:1"):
+        run_checks("handson.q", "redis://127.0.0.1:1/0", ["attempt_grows"])
+
+
+def _cli(*args, env_url: str) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": env_url}
+    return subprocess.run([sys.executable, "-m", "handson.contract_checks", *args],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_cli_exit_codes_and_json(tmp_path, redis_url):
+    ok = _cli("handson.q", "--only", "enqueue_idempotent", "--json", env_url=redis_url)
+    assert ok.returncode == 0, ok.stderr
+    [row] = json.loads(ok.stdout)
+    assert row["name"] == "enqueue_idempotent" and row["ok"] is True
+    spec = _write(tmp_path, "no_bound", BROKEN["no_bound"][0])
+    bad = _cli(spec, "--only", "bound_refuses", env_url=redis_url)
+    assert bad.returncode == 1
+    assert "FAIL bound_refuses" in bad.stdout and "hint:" in bad.stdout

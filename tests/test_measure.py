@@ -1,0 +1,62 @@
+"""Each Measure command at its small size: the outcome the chapter relies on."""
+
+import pytest
+
+from handson import measure
+
+
+def test_chaos_table_four_ways(redis_url, capsys, tmp_path):
+    rows = measure.chaos("small", out=str(tmp_path), url=redis_url)
+    printed = capsys.readouterr().out
+    assert [(x.idem, x.ack_delay) for x in rows] == [(0, 0.0), (0, 0.01),
+                                                     (1, 0.0), (1, 0.01)]
+    docs = measure.SIZES["small"]["chaos"]["docs"]
+    for x in rows:
+        assert x.lost == 0, x
+        assert x.kills > 0, x
+        assert x.distinct + x.dlq == docs, x
+        # every duplicate needs a kill between a commit and its ack
+        assert x.duplicates <= x.in_window, x
+        if x.idem:
+            assert x.rows == x.distinct == x.counter, x
+            assert x.verdict == "valid", x
+        else:
+            assert x.counter == x.rows, x
+    assert "IDEM ACK_DELAY kills in window" in printed
+    assert (tmp_path / "chaos.png").stat().st_size > 0
+
+
+def test_throughput_knee_and_littles_law(redis_url, capsys, tmp_path):
+    t = measure.throughput("small", out=str(tmp_path), url=redis_url)
+    printed = capsys.readouterr().out
+    assert sorted(t.rates) == list(measure.SIZES["small"]["throughput"]["workers"])
+    assert all(rate > 0 for rate in t.rates.values())
+    ll = t.littles_law()
+    assert ll["hours"] == pytest.approx(5_000_000 / t.best[1] / 3600)
+    assert ll["workers"] * ll["per_worker"] >= ll["needed_rate"]
+    assert f"os.cpu_count() = {t.cpu_count}" in printed
+    assert "Little's Law: 5,000,000 docs" in printed
+    assert (tmp_path / "throughput.png").stat().st_size > 0
+
+
+def test_knee_is_where_more_workers_stop_helping():
+    t = measure.Throughput(1, 1, 2, {1: 100.0, 2: 190.0, 4: 200.0, 8: 195.0})
+    assert t.knee == 2
+    assert t.best == (4, 200.0)
+
+
+def test_lag_drains_at_capacity_minus_arrivals(redis_url, capsys, tmp_path):
+    x = measure.lag("small", out=str(tmp_path), url=redis_url)
+    printed = capsys.readouterr().out
+    peak = max(n for _, n, _ in x.samples)
+    assert peak >= 0.5 * x.burst          # the burst shows up as a jump
+    assert x.samples[-1][1] < 0.2 * peak  # ... and drains away
+    assert x.slope < 0
+    assert "measured drain slope" in printed
+    assert (tmp_path / "lag.png").stat().st_size > 0
+
+
+def test_drain_slope_fits_the_straight_part():
+    samples = [(t, 0 if t < 2 else max(0, 1000 - 100 * (t - 2)), 0.0)
+               for t in range(20)]
+    assert measure.drain_slope(samples, 2) == pytest.approx(-100)

@@ -1,0 +1,182 @@
+"""The lab's worker as a real process on a real Redis: sink, heartbeat, crash points."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from handson import produce, q, setup_db, sink, verify
+
+
+def test_idempotent_sink_applies_once_and_counts_once(tmp_path):
+    db = setup_db.connect(setup_db.setup(tmp_path / "r.db"))
+    assert sink.apply(db, "doc-1", 1, 0.5, 1, idem=True) is True
+    assert sink.apply(db, "doc-1", 1, 0.5, 2, idem=True) is False
+    assert verify.summary(db) == {"rows": 1, "naive_rows": 0, "naive_distinct": 0,
+                                  "counter": 1}
+    assert db.execute("select job_id, attempt from applied").fetchall() == [
+        ("doc-1", 1)]
+
+
+def test_naive_sink_applies_every_delivery(tmp_path):
+    db = setup_db.connect(setup_db.setup(tmp_path / "r.db"))
+    for attempt in (1, 2):
+        assert sink.apply(db, "doc-1", 1, 0.5, attempt, idem=False) is True
+    assert verify.summary(db) == {"rows": 0, "naive_rows": 2, "naive_distinct": 1,
+                                  "counter": 2}
+    assert db.execute("select count(*) from applied").fetchone()[0] == 2
+
+
+def test_results_db_is_wal(tmp_path):
+    db = setup_db.connect(setup_db.setup(tmp_path / "r.db"))
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+class Worker:
+    """One `python -m handson.worker` process with its own events directory."""
+
+    def __init__(self, url, tmp_path: Path, *args, **env):
+        self.events = tmp_path / "events"
+        self.events.mkdir(exist_ok=True)
+        self.db = tmp_path / "results.db"
+        if not self.db.exists():
+            setup_db.setup(self.db)
+        self.log = tmp_path / "worker.log"
+        full_env = dict(os.environ, REDIS_URL=url, ITERS="2000")
+        full_env.update({k: str(v) for k, v in env.items()})
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "handson.worker", "--queue", "handson.q",
+                 "--db", str(self.db), "--events", str(self.events), *args],
+                env=full_env, stdout=log, stderr=log, start_new_session=True)
+
+    def read(self) -> list[dict]:
+        path = self.events / f"{self.proc.pid}.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def wait_for(self, pred, timeout=30.0) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            events = self.read()
+            if pred(events):
+                return events
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"condition not met; rc={self.proc.poll()}, events "
+                             f"{self.read()[-5:]}, log {self.log.read_text()[-800:]}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        return self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def workers():
+    started = []
+    yield started
+    for w in started:
+        w.stop()
+
+
+def _kinds(events, job=None):
+    return [e["ev"] for e in events if job is None or e.get("job") == job]
+
+
+def test_worker_drains_buries_poison_with_reason_and_stops_on_sigterm(
+        r, redis_url, tmp_path, workers):
+    ids = produce.produce(r, q, 20, poison_every=10)        # doc-7, doc-17 poison
+    w = Worker(redis_url, tmp_path, "--max-attempts", "2")
+    workers.append(w)
+    w.wait_for(lambda ev: len(q.dead(r)) == 2 and "idle" in _kinds(ev))
+    assert verify.summary(str(w.db))["rows"] == 18
+    assert sorted(d[0] for d in q.dead(r)) == ["doc-17", "doc-7"]
+    assert all("cannot tokenize" in d[2] and d[1] == 2 for d in q.dead(r))
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.proc.wait(timeout=10) == 0
+    events = w.read()
+    assert events[-1]["ev"] == "stop"
+    acked = {e["job"] for e in events if e["ev"] == "ack"}
+    assert acked == set(ids) - {"doc-7", "doc-17"}
+    assert [e["ok"] for e in events if e["ev"] == "fail"] == [True] * 4
+
+
+def test_heartbeat_keeps_a_long_job_past_its_lease(r, redis_url, tmp_path, workers):
+    q.enqueue(r, {"doc_id": 1, "text": "long"}, "doc-1")
+    w = Worker(redis_url, tmp_path, "--lease", "0.3", ITERS=1_500_000)
+    workers.append(w)
+    w.wait_for(lambda ev: "claim" in _kinds(ev))
+    while w.proc.poll() is None and "ack" not in _kinds(w.read()):
+        assert q.reap(r, 3) == (0, 0)        # never expired while heartbeating
+        time.sleep(0.05)
+    events = w.read()
+    assert _kinds(events, "doc-1").count("extend") >= 2
+    assert _kinds(events, "doc-1")[-1] == "ack"
+
+
+def test_worker_abandons_a_job_whose_lease_was_taken(r, redis_url, tmp_path,
+                                                      workers):
+    q.enqueue(r, {"doc_id": 1, "text": "long"}, "doc-1")
+    w = Worker(redis_url, tmp_path, "--lease", "0.3", ITERS=2_000_000)
+    workers.append(w)
+    w.wait_for(lambda ev: "claim" in _kinds(ev))
+    os.killpg(w.proc.pid, signal.SIGSTOP)           # a long GC pause
+    time.sleep(0.6)
+    assert q.reap(r, 3) == (1, 0)
+    job_id, _, attempt = q.claim(r, 30)             # the new owner
+    assert (job_id, attempt) == ("doc-1", 2)
+    os.killpg(w.proc.pid, signal.SIGCONT)
+    events = w.wait_for(lambda ev: "abandoned" in _kinds(ev))
+    assert _kinds(events, "doc-1")[-2:] == ["extend_refused", "abandoned"]
+    assert verify.summary(str(w.db))["rows"] == 0   # no commit
+    assert q.ack(r, "doc-1", 2)                     # and the owner's ack stands
+    assert "abandoned" in w.log.read_text()
+
+
+def test_ack_before_work_acks_before_the_commit(r, redis_url, tmp_path, workers):
+    produce.produce(r, q, 3)
+    w = Worker(redis_url, tmp_path, "--ack-before-work")
+    workers.append(w)
+    events = w.wait_for(lambda ev: _kinds(ev).count("commit") == 3)
+    for job in ("doc-0", "doc-1", "doc-2"):
+        assert _kinds(events, job) == ["claim", "ack", "commit"]
+
+
+def test_after_commit_crash_point_kills_between_commit_and_ack(
+        r, redis_url, tmp_path, workers):
+    produce.produce(r, q, 1)
+    w = Worker(redis_url, tmp_path, CRASH_POINT="after-commit", CRASH_P=1)
+    workers.append(w)
+    assert w.proc.wait(timeout=30) == -signal.SIGKILL
+    assert _kinds(w.read(), "doc-0") == ["claim", "commit", "crash_point"]
+    assert verify.summary(str(w.db))["rows"] == 1
+    assert q.stats(r)["inflight"] == 1               # applied, never acked
+
+
+def test_mid_call_crash_point_fires_inside_a_contract_call(r, redis_url, tmp_path,
+                                                           workers):
+    w = Worker(redis_url, tmp_path, CRASH_POINT="mid-call", CRASH_P=1)
+    workers.append(w)
+    assert w.proc.wait(timeout=30) == -signal.SIGKILL
+    crash = [e for e in w.read() if e["ev"] == "crash_point"]
+    assert crash and crash[0]["call"] == "reap"
+
+
+def test_unknown_crash_point_and_missing_redis_url_say_what_to_do(redis_url,
+                                                                 tmp_path):
+    run = lambda env: subprocess.run(
+        [sys.executable, "-m", "handson.worker", "--db", str(tmp_path / "x.db")],
+        env=env, capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    res = run(env)
+    assert res.returncode != 0 and "REDIS_URL is not set" in res.stderr
+    res = run(dict(env, REDIS_URL=redis_url, CRASH_POINT="before-lunch"))
+    assert res.returncode != 0 and "unknown CRASH_POINT ['before-lunch']" in res.stderr
