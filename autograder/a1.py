@@ -59,7 +59,7 @@ LEASES = (5, 15, 30, 60, 300)
 QUICK_LEASES = (5, 300)
 ALT_SEED, ALT_LEASES = 7, (5, 60)
 ALT_CRASH = 0.05                                  # a second crash stream
-CALL_LIMIT_S = 30
+CALL_LIMIT_S = 20
 
 
 # --- observing: runs where the learner's code runs (the kernel) ---------------
@@ -85,9 +85,17 @@ def _limit(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
-def _call(ns: dict, fn_name: str, *args):
-    """Call the learner's function; any failure becomes data, never a crash."""
+def _call(ns: dict, fn_name: str, *args, _hung: set = set()):  # noqa: B006
+    """Call the learner's function; any failure becomes data, never a crash.
+
+    A function that ran past its limit once is not called again (`_hung` lives
+    as long as the kernel), so one endless loop costs one limit, not eight.
+    """
     fn = ns.get(fn_name)
+    key = (fn_name, id(fn))
+    if key in _hung:
+        return {"error": f"{fn_name}() did not return within {CALL_LIMIT_S} s on "
+                         "an earlier call (an endless loop?), so it was not run again"}
     if not callable(fn):
         return {"error": f"there is no function {fn_name}() in the notebook "
                          "(did its cell run?)"}
@@ -97,6 +105,7 @@ def _call(ns: dict, fn_name: str, *args):
     except NotImplementedError:
         return {"error": f"{fn_name}() still raises NotImplementedError"}
     except _TimeLimit as err:
+        _hung.add(key)
         return {"error": f"{fn_name}() {err}"}
     except SystemExit as err:
         return {"error": f"{fn_name}() called sys.exit({err.code!r}); return a "

@@ -53,7 +53,8 @@ CHAOS_CHECKS = [
     Check("chaos_nothing_lost", 2, "kill -9 chaos: every job applied or dead"),
     Check("chaos_applied_once", 2, "kill -9 chaos: no job applied twice (idempotent)"),
     Check("chaos_dead_have_reasons", 1, "kill -9 chaos: every dead job has a reason"),
-    Check("chaos_no_stale_ack", 1, "kill -9 chaos: no ack from an old attempt accepted"),
+    Check("chaos_no_stale_ack", 1,
+          "kill -9 chaos: no ack from an old attempt accepted"),
 ]
 CHECKS = CONTRACT_CHECKS + CHAOS_CHECKS
 INVARIANTS = {"chaos_nothing_lost": ("lost",),

@@ -19,6 +19,7 @@ import hashlib
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from autograder import queue_runs, sandbox
@@ -40,7 +41,8 @@ CONTRACT_CHECKS = [
           "an extend from an expired attempt is refused and moves nothing"),
     Check("extend_does_not_resurrect", 2,
           "a late heartbeat never brings back a reaped lease"),
-    Check("heartbeat_keeps_lease", 1, "heartbeats at lease/3 keep a lease for 10 leases"),
+    Check("heartbeat_keeps_lease", 1,
+          "heartbeats at lease/3 keep a lease for 10 leases"),
 ]
 TRIAL_CHECKS = [
     Check("stops_when_lease_lost", 2,
@@ -150,8 +152,15 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
     if not probe["ok"]:
         msg = probe["error"].replace(path, shown_path)
         return Evaluation(not_run(CHECKS, msg), [msg])
-    results, left = queue_runs.contract(path, redis_url,
-                                        [c.name for c in CONTRACT_CHECKS], timeout=120)
+    with ThreadPoolExecutor(max_workers=1) as pool:   # the trial uses database 1
+        trial = pool.submit(sandbox.run, [sys.executable, "-m",
+                                          "autograder.heartbeat_trial", path,
+                                          f"{redis_url}?db=1", "--json"],
+                            timeout=TRIAL_TIMEOUT_S)
+        results, left = queue_runs.contract(path, redis_url,
+                                            [c.name for c in CONTRACT_CHECKS],
+                                            timeout=120)
+        fin = trial.result()
     outcomes = []
     for c in CONTRACT_CHECKS:
         res = results.get(c.name)
@@ -160,8 +169,6 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
         else:
             outcomes.append(outcome(c, res["ok"], res.get("hint") or c.title,
                                     res.get("expected", ""), res.get("got", "")))
-    fin = sandbox.run([sys.executable, "-m", "autograder.heartbeat_trial", path,
-                       redis_url, "--json"], timeout=TRIAL_TIMEOUT_S)
     try:
         data = json.loads(fin.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

@@ -122,8 +122,8 @@ class GradeResult:
         lines.append("")
         for o in self.outcomes:
             mark = "PASS" if o.ok else "FAIL"
-            lines.append(f"  [{mark}] {o.name:<{width}}  {o.points:>2}/{o.max_points:<2}"
-                         f"  {o.title}")
+            lines.append(f"  [{mark}] {o.name:<{width}}  "
+                         f"{o.points:>2}/{o.max_points:<2}  {o.title}")
         lines.append(f"  score {self.score}/{self.max_score}"
                      f"  ({self.elapsed_s:.1f} s)")
         if self.invariants:

@@ -79,7 +79,7 @@ def worker(module: str, url: str, db: str, events: Path, max_jobs: int,
         job_id, _, attempt = job
         _log(events, ev="claim", pid=pid, job=job_id, attempt=attempt)
 
-        def work(stop: threading.Event) -> None:
+        def work(stop: threading.Event, job_id=job_id, attempt=attempt) -> None:
             end = time.monotonic() + work_s
             while time.monotonic() < end:
                 if stop.is_set():
@@ -110,7 +110,8 @@ def _spawn(module: str, url: str, db: str, events: Path, max_jobs: int,
     return subprocess.Popen(
         [sys.executable, "-m", "autograder.heartbeat_trial", "--worker", module, url,
          "--db", db, "--events", str(events), "--max-jobs", str(max_jobs),
-         "--idle-s", str(idle_s), "--work-s", str(work_s)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+         "--idle-s", str(idle_s), "--work-s", str(work_s)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def _wait(procs: list[subprocess.Popen], timeout: float) -> list[str]:

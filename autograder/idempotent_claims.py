@@ -204,6 +204,9 @@ def evaluate_file(path: str, quick: bool = False,
     found = probe(path)
     if not found.get("ok"):
         why = found.get("error", "").replace(path, shown_path)
+        if "NotImplementedError" in why:
+            why += ("(a `raise NotImplementedError()` runs at import: write down "
+                    "POLICY in its place)")
         return Evaluation(not_run(CHECKS, why), [why])
     policy = found["policy"]
     if policy not in POLICY_EMAILS:

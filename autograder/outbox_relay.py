@@ -46,7 +46,8 @@ CHECKS = [
           "relay killed between publish and mark: every document still delivered"),
     Check("relay_kills_effects_once", 1,
           "relay killed, end to end: duplicates delivered, none applied twice"),
-    Check("effects_once", 2, "every job delivered twice: each document summarized once"),
+    Check("effects_once", 2,
+          "every job delivered twice: each document summarized once"),
     Check("no_skip_out_of_order", 3,
           "rows committed out of id order: the relay publishes every one"),
 ]

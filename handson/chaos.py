@@ -19,6 +19,24 @@ from dataclasses import fields
 
 from handson.chaos_engine import ChaosConfig, run
 
+HELP = {
+    "queue": "queue module: dotted name or path to a .py file",
+    "docs": "documents to enqueue",
+    "kill_every": "mean seconds between SIGKILLs (0: none; CHAOS=0 too)",
+    "seed": "seeds which worker dies when, and the crash points' dice",
+    "lease_s": "lease in seconds",
+    "max_attempts": "attempts before the DLQ",
+    "crash_p": "probability of dying at each crash point passed",
+    "iters": "hash rounds per document (ITERS)",
+    "poison_every": "doc i is poison when i %% N == 7 (0: none)",
+    "drain_timeout_s": "the whole run's budget; past it the verdict is unknown",
+    "pause_every": "mean seconds between SIGSTOPs of a worker (0: none)",
+    "pause_s": "length of a pause (0: 1.5 leases)",
+    "reapers": "extra processes that only call reap(), to race each other",
+    "kill_until": "chaos stops once this fraction of jobs is done",
+    "kill_phase_s": "... or after this many seconds (0: no cap)",
+}
+
 
 def parse(argv: list[str] | None) -> tuple[ChaosConfig, argparse.Namespace]:
     d = ChaosConfig()
@@ -38,7 +56,8 @@ def parse(argv: list[str] | None) -> tuple[ChaosConfig, argparse.Namespace]:
             continue
         default = getattr(d, f.name)
         ap.add_argument("--" + f.name.replace("_", "-"), type=type(default),
-                        default=default, help=f"default {default}")
+                        default=default,
+                        help=f"{HELP.get(f.name, '')} (default {default})")
     args = ap.parse_args(argv)
     values = {f.name: getattr(args, f.name) for f in fields(ChaosConfig)
               if hasattr(args, f.name)}

@@ -321,6 +321,14 @@ class _Run:
     def _events_size(self) -> int:
         return sum(e.stat().st_size for e in os.scandir(self.events_dir))
 
+    def _wait_ready(self, deadline: float) -> None:
+        """Until every first worker has started logging (or died, or 30 s)."""
+        while time.monotonic() < deadline:
+            if (len(os.listdir(self.events_dir)) >= self.cfg.workers
+                    or any(p.poll() is not None for p in self.procs)):
+                return
+            time.sleep(TICK_S)
+
     def supervise(self, ids: set[str], queue, r) -> tuple[str, str, float]:
         """Run the chaos and the drain; returns (ending, reason, elapsed_s)."""
         cfg = self.cfg
@@ -329,9 +337,12 @@ class _Run:
         self.reapers = [self._spawn(["--reap-only"], False)
                         for _ in range(cfg.reapers)]
         t0 = time.monotonic()
+        self._wait_ready(t0 + 30)
+        t_chaos = time.monotonic()      # the schedule starts once workers are up
         gap = lambda mean, rng: mean * rng.uniform(0.5, 1.5)
-        next_kill = t0 + gap(cfg.kill_every, self.kill_rng) if cfg.kill_every else 0
-        next_pause = (t0 + gap(cfg.pause_every, self.pause_rng)
+        next_kill = (t_chaos + gap(cfg.kill_every, self.kill_rng)
+                     if cfg.kill_every else 0)
+        next_pause = (t_chaos + gap(cfg.pause_every, self.pause_rng)
                       if cfg.pause_every else 0)
         pause_s = cfg.pause_s or 1.5 * cfg.lease_s
         next_check = next_report = t0
@@ -357,9 +368,9 @@ class _Run:
                     self._kill_slot(self.kill_rng.randrange(cfg.workers))
                     next_kill = now + gap(cfg.kill_every, self.kill_rng)
                 if next_pause and now >= next_pause:
-                    slot = self.pause_rng.randrange(cfg.workers)
-                    if slot not in self.paused:
-                        self._pause_slot(slot, pause_s)
+                    running = [i for i in range(cfg.workers) if i not in self.paused]
+                    if running:
+                        self._pause_slot(self.pause_rng.choice(running), pause_s)
                     next_pause = now + gap(cfg.pause_every, self.pause_rng)
             if now >= next_check:
                 next_check = now + CHECK_S
@@ -371,7 +382,8 @@ class _Run:
                 if done == total:
                     return "drained", "", now - t0
                 stop_chaos = (done >= cfg.kill_until * total
-                              or (cfg.kill_phase_s and now - t0 >= cfg.kill_phase_s)
+                              or (cfg.kill_phase_s
+                                  and now - t_chaos >= cfg.kill_phase_s)
                               or now - last_activity > cfg.quiet_s)
                 if self.phase == "chaos" and stop_chaos:
                     self.phase, last_activity = "drain", now
@@ -464,28 +476,46 @@ class _Judge:
     def _at(self, t_ns: int) -> str:
         return f"{'+%.3f' % ((t_ns - self.t0) / 1e9):>8}s"
 
+    def _why_again(self, prev: tuple[int, int, int], how: str | None,
+                   t: int) -> str:
+        """Why a job was handed out again, as far as the logs can tell."""
+        a, pid, t_claim = prev
+        if how is None and any(k_pid == pid and t_claim <= k_t <= t
+                               for k_t, k_pid in self.run.kills):
+            how = "died"
+        if how not in ("acked", "failed") and t - t_claim < self.cfg.lease_s * 1e9:
+            return (f"(again, {(t - t_claim) / 1e9:.3f} s after attempt {a} was "
+                    "claimed, before its lease could expire: handed out twice)")
+        return {
+            "acked": f"(again, after attempt {a} was acked: handed out twice)",
+            "died": f"(attempt {a}'s worker died; its lease expired, it was reaped)",
+            "failed": f"(retry after attempt {a} failed)",
+        }.get(how, f"(while attempt {a} was still running: its lease ran out, "
+                   "or the job was queued twice)")
+
     def history(self, job: str) -> str:
         """The job's merged story from the logs, the ledger, the kills and the DLQ."""
         lines: list[tuple[int, str]] = []
         if job in self.idset:
             lines.append((self.t_enqueued[1], "enqueued (with the others)"))
-        holding: dict[int, int] = {}     # pid -> attempt currently held
         spans = []                       # (pid, attempt, t_claim, t_end)
-        open_ = {}
-        last_attempt = None
+        open_ = {}                       # pid -> (attempt, t_claim) in progress
+        ended: dict[int, str] = {}       # attempt -> how it ended
+        last = None                      # (attempt, pid, t_claim) of the last claim
         for e in self.by_job.get(job, []):
             pid, a, ev = e["pid"], e.get("attempt"), e["ev"]
             if ev == "claim":
                 note = ""
-                if last_attempt is not None and a > last_attempt:
-                    note = f" (attempt {last_attempt}'s lease expired and was reaped)"
-                elif last_attempt is not None:
-                    note = f" (again: attempt {last_attempt} was already handed out)"
-                last_attempt = a if last_attempt is None else max(last_attempt, a)
+                if last is not None:
+                    note = " " + self._why_again(last, ended.get(last[0]), e["t"])
+                last = (a, pid, e["t"])
                 lines.append((e["t"], f"claimed by worker {pid} as attempt {a}{note}"))
-                holding[pid] = a
                 open_[pid] = (a, e["t"])
                 continue
+            if ev in ("ack", "fail", "crash_point", "abandoned"):
+                ended.setdefault(a, {"ack": "acked", "fail": "failed",
+                                     "crash_point": "died",
+                                     "abandoned": "abandoned"}[ev])
             stale = " <- STALE: a newer attempt was already claimed" \
                 if e.get("stale") else ""
             if ev in ("ack", "ack_refused"):

@@ -213,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(a.work_s)
             inner(point)
     with Database(a.db) as db:
+        setup(db)
         if a.gate_fd is not None:
             wait_gate(a.gate_fd, a.limit_s)
         try:

@@ -38,8 +38,8 @@ from handson.chaos_engine import run as chaos_run
 
 SIZES = {
     "small": {
-        "chaos": {"docs": 150, "workers": 2, "iters": 2000, "lease_s": 1.0,
-                  "kill_every": 0.5},
+        "chaos": {"docs": 300, "workers": 2, "iters": 2000, "lease_s": 1.0,
+                  "kill_every": 0.3},
         "throughput": {"docs": 200, "iters": 10000, "workers": (1, 2, 4)},
         "lag": {"workers": 2, "iters": 10000, "capacity_docs": 300, "before_s": 1.5,
                 "burst_s": 2.5, "sample_s": 0.25, "arrival_frac": 0.4},

@@ -24,6 +24,10 @@ As processes (what `handson.outbox_runs` starts and kills):
 
     python -m handson.outbox save --db T --redis URL --mode outbox --docs 0 100
     python -m handson.outbox relay --db T --redis URL [--loop flag]
+    python -m handson.outbox consume --db T --redis URL
+
+Each makes the tables if they are missing. `--module myoutbox.py` runs a
+learner's `save_document`, `relay_once` and `summarize` instead.
 """
 
 from __future__ import annotations
@@ -234,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     r = redis.Redis.from_url(a.redis)
     pause = stop_at(a.pause_at, a.pause_n, a.limit_s)
     with Database(a.db) as db:
+        setup(db)
         if a.role == "save":
             for doc_id in range(*a.docs):
                 body = f"document {doc_id}"

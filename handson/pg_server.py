@@ -3,7 +3,7 @@
 The throwaway cluster is made by `initdb` in a temporary directory, listens only
 on a Unix socket there, trusts local connections, and is stopped and deleted
 afterwards. PostgreSQL refuses to run as root, so under root the directory is
-handed to the `postgres` user (or `nobody`) and the binaries run as that user.
+handed to the `postgres` user (or `nobody`) and the server runs as that user.
 
     python -m handson.pg_server      # start one, print its URL, stop on Ctrl-C
 """
@@ -11,14 +11,18 @@ handed to the `postgres` user (or `nobody`) and the binaries run as that user.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+
+from handson.redis_server import die_with_parent
 
 
 class PostgresUnavailable(RuntimeError):
@@ -26,13 +30,15 @@ class PostgresUnavailable(RuntimeError):
 
 
 def find_binaries() -> tuple[str, str] | None:
-    """(initdb, pg_ctl) from PATH or the usual Debian place, or None."""
+    """(initdb, postgres) from PATH or the usual Debian place, or None."""
     for folder in [None, *sorted(glob.glob("/usr/lib/postgresql/*/bin"),
                                  reverse=True)]:
         initdb = shutil.which("initdb", path=folder)
-        pg_ctl = shutil.which("pg_ctl", path=folder)
-        if initdb and pg_ctl:
-            return initdb, pg_ctl
+        if initdb:
+            initdb = os.path.realpath(initdb)
+            server = os.path.join(os.path.dirname(initdb), "postgres")
+            if os.access(server, os.X_OK):
+                return initdb, server
     return None
 
 
@@ -53,35 +59,67 @@ def _runner() -> list[str]:
 
 @contextlib.contextmanager
 def throwaway_postgres(timeout_s: float = 60.0) -> Iterator[str]:
-    """Start a private cluster, yield its URL, stop and delete it."""
+    """Start a private cluster, yield its URL, stop and delete it.
+
+    The server is our direct child and the kernel kills it if we die
+    (`die_with_parent`), so even a `kill -9` of the tests leaves no cluster
+    running.
+    """
     found = find_binaries()
     if found is None:
-        raise PostgresUnavailable("no initdb/pg_ctl found; install PostgreSQL or "
-                                  "set DATABASE_URL")
-    initdb, pg_ctl = found
+        raise PostgresUnavailable("no initdb/postgres found; install PostgreSQL "
+                                  "or set DATABASE_URL")
+    initdb, postgres = found
     runner = _runner()
     home = tempfile.mkdtemp(prefix="eo-pg-")
     data = os.path.join(home, "data")
+    user = {}
     if runner:
-        user = runner[2]
-        entry = pwd.getpwnam(user)
+        entry = pwd.getpwnam(runner[2])
         os.chown(home, entry.pw_uid, entry.pw_gid)
-    started = False
+        user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+    proc = None
     try:
         _check([*runner, initdb, "-D", data, "-A", "trust", "-U", "postgres",
                 "--no-sync", "-E", "UTF8"], timeout_s)
-        opts = f"-k {home} -c listen_addresses='' -F"
-        _check([*runner, pg_ctl, "-D", data, "-o", opts, "-w", "-t",
-                str(int(timeout_s)), "-l", os.path.join(home, "log"), "start"],
-               timeout_s + 5)
-        started = True
-        yield f"postgresql://postgres@/postgres?host={home}"
+        with open(os.path.join(home, "log"), "wb") as log:
+            proc = subprocess.Popen(
+                [postgres, "-D", data, "-k", home, "-c", "listen_addresses=",
+                 "-F"], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=home,
+                preexec_fn=functools.partial(die_with_parent, os.getpid()), **user)
+        url = f"postgresql://postgres@/postgres?host={home}"
+        _wait_ready(url, proc, home, timeout_s)
+        yield url
     finally:
-        if started:
-            with contextlib.suppress(subprocess.SubprocessError, OSError):
-                subprocess.run([*runner, pg_ctl, "-D", data, "-m", "immediate",
-                                "stop"], capture_output=True, timeout=timeout_s)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)          # fast shutdown
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=timeout_s)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _wait_ready(url: str, proc: subprocess.Popen, home: str, timeout_s: float
+                ) -> None:
+    import psycopg
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            with open(os.path.join(home, "log"), errors="replace") as f:
+                raise PostgresUnavailable(f"postgres exited at start: "
+                                          f"{f.read()[-1000:]}")
+        try:
+            psycopg.connect(url, connect_timeout=2).close()
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise PostgresUnavailable(f"postgres not ready after {timeout_s} s"
+                                          ) from None
+            time.sleep(0.05)
 
 
 def _check(cmd: list[str], timeout_s: float) -> None:

@@ -8,20 +8,18 @@ runs it as it runs any trusted HTML output. The caller names the script file
 
 from __future__ import annotations
 
-import itertools
 import json
+import uuid
 from pathlib import Path
 
 from IPython.display import HTML, display
-
-_ids = itertools.count(1)
 
 
 def _mounted(script: str, mount: str, opts: dict) -> str:
     """An empty container, the script, and one call that fills the container."""
     if "</script" in script.lower():
         raise ValueError("the simulation script may not contain '</script'")
-    root = f"eo-qsim-{next(_ids)}"
+    root = f"eo-qsim-{uuid.uuid4().hex[:12]}"   # unique across notebooks
     return (f'<div id="{root}" class="eo-qsim-root">'
             "<noscript>This needs JavaScript.</noscript></div>\n"
             f"<script>\n{script}\n</script>\n"

@@ -355,7 +355,7 @@ def slow_record_demo(url: str, records: int = 30, partitions: int = 3,
     The same records go to a log (one consumer per partition) and to the
     course's job queue (as many workers as partitions). For each we report how
     many normal records finished after the slow one did, and when the last
-    normal record finished.
+    normal record finished. It empties the course queue first (`q.reset`).
     """
     from handson import q
 

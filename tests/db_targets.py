@@ -13,7 +13,8 @@ from handson import pg_server
 @pytest.fixture(scope="module")
 def postgres_url():
     if not pg_server.available():
-        pytest.skip("no PostgreSQL: set DATABASE_URL or install initdb/pg_ctl")
+        pytest.skip("no PostgreSQL: set DATABASE_URL or install PostgreSQL "
+                    "(initdb and postgres)")
     with pg_server.postgres_url() as url:
         yield url
 

@@ -161,6 +161,16 @@ def test_after_commit_crash_point_kills_between_commit_and_ack(
     assert q.stats(r)["inflight"] == 1               # applied, never acked
 
 
+def test_during_heartbeat_crash_point_dies_right_after_an_extend(
+        r, redis_url, tmp_path, workers):
+    q.enqueue(r, {"doc_id": 1, "text": "long"}, "doc-1")
+    w = Worker(redis_url, tmp_path, "--lease", "0.3", ITERS=3_000_000,
+               CRASH_POINT="during-heartbeat", CRASH_P=1)
+    workers.append(w)
+    assert w.proc.wait(timeout=30) == -signal.SIGKILL
+    assert _kinds(w.read(), "doc-1") == ["claim", "extend", "crash_point"]
+
+
 def test_mid_call_crash_point_fires_inside_a_contract_call(r, redis_url, tmp_path,
                                                            workers):
     w = Worker(redis_url, tmp_path, CRASH_POINT="mid-call", CRASH_P=1)

@@ -11,6 +11,10 @@ job through the reference queue costs two (claim and ack), so half the PING
 rate is the most one worker could do; batched mode claims and acks `BATCH`
 jobs per round trip and is not bound by it.
 
+Beside each rate is the redis-server's own CPU time per job (from INFO cpu,
+over the drain), which separates what a queue costs the server from what it
+costs the client and the round trips.
+
 Everything runs on one private redis-server (never the user's: the benchmark
 flushes it), on a Unix socket, no persistence.
 """
@@ -49,6 +53,7 @@ class Result:
     workers: int
     jobs: int
     rates: list[float]            # one per repeat, jobs/s for the whole pool
+    server_us: list[float]        # one per repeat, redis-server CPU per job (µs)
 
     @property
     def rate(self) -> float:
@@ -57,6 +62,10 @@ class Result:
     @property
     def per_worker(self) -> float:
         return self.rate / self.workers
+
+    @property
+    def server_us_median(self) -> float:
+        return statistics.median(self.server_us)
 
     def spread(self) -> str:
         if len(self.rates) < 2:
@@ -116,9 +125,15 @@ def slope_rate(samples: list[tuple[float, int]], n: int) -> float:
     return (hi[1] - lo[1]) / (lo[0] - hi[0])
 
 
+def server_cpu_s(r: redis.Redis) -> float:
+    """CPU seconds the redis-server process has used so far (user + system)."""
+    info = r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def drain_rate(system: System, url: str, n: int, workers: int, logdir: str,
-               timeout_s: float = 120.0) -> float:
-    """Fill with n jobs, start the workers, return the measured drain rate."""
+               timeout_s: float = 120.0) -> tuple[float, float]:
+    """Fill with n jobs, start the workers: (drain rate, server CPU µs per job)."""
     r = redis.Redis.from_url(url)
     r.flushall()
     os.environ["BENCH_REDIS_URL"] = url           # the fill runs in this process
@@ -127,6 +142,7 @@ def drain_rate(system: System, url: str, n: int, workers: int, logdir: str,
     if left != n:
         raise BenchError(f"{system.name}: filled {n} jobs but {left} are waiting")
     tags = [f"{system.name}-{workers}-{i}" for i in range(workers)]
+    cpu0 = server_cpu_s(r)
     procs = [_spawn([system.name], url, logdir, t) for t in tags]
     samples: list[tuple[float, int]] = []
     try:
@@ -144,14 +160,17 @@ def drain_rate(system: System, url: str, n: int, workers: int, logdir: str,
                 raise BenchError(f"{system.name}: {left} of {n} jobs still waiting "
                                  f"after {timeout_s:.0f} s")
             time.sleep(POLL_S)
+        cpu = server_cpu_s(r) - cpu0
     finally:
         _stop(procs)
         r.close()
-    return slope_rate(samples, n)
+    return slope_rate(samples, n), cpu * 1e6 / max(1, n - left)
 
 
-def ping_rate(url: str, n: int, workers: int, logdir: str) -> float:
-    """PINGs/s per client, with `workers` clients at once (median of them)."""
+def ping_rate(url: str, n: int, workers: int, logdir: str) -> tuple[float, float]:
+    """(PINGs/s of `workers` clients at once, server CPU µs per PING)."""
+    r = redis.Redis.from_url(url)
+    cpu0 = server_cpu_s(r)
     procs = [_spawn(["ping", str(n)], url, logdir, f"ping-{workers}-{i}")
              for i in range(workers)]
     rates = []
@@ -164,7 +183,9 @@ def ping_rate(url: str, n: int, workers: int, logdir: str) -> float:
             rates.append(json.loads(out)["ping_per_s"])
     finally:
         _stop(procs)
-    return statistics.median(rates) * workers
+    cpu = server_cpu_s(r) - cpu0
+    r.close()
+    return statistics.median(rates) * workers, cpu * 1e6 / (n * workers)
 
 
 def run(size: str = "full", only: list[str] | None = None, repeat: int = 1,
@@ -181,11 +202,12 @@ def run(size: str = "full", only: list[str] | None = None, repeat: int = 1,
     try:
         with tempfile.TemporaryDirectory(prefix="eo-bench-") as logdir:
             for w in workers:
-                rates = []
+                runs = []
                 for k in range(repeat):
                     _log(f"ping loop, {w} client(s), run {k + 1}/{repeat}")
-                    rates.append(ping_rate(server.url, sizes["ping"], w, logdir))
-                results.append(Result("ping", w, sizes["ping"], rates))
+                    runs.append(ping_rate(server.url, sizes["ping"], w, logdir))
+                results.append(Result("ping", w, sizes["ping"], *map(list, zip(*runs,
+                                                                       strict=True))))
             for name in names:
                 system = SYSTEMS[name]
                 why = system.missing()
@@ -194,18 +216,20 @@ def run(size: str = "full", only: list[str] | None = None, repeat: int = 1,
                     _log(f"{name}: skipped, {why}")
                     continue
                 for w in workers:
-                    rates = []
+                    runs = []
                     for k in range(repeat):
                         _log(f"{name}, {w} worker(s), {sizes[name]:,} jobs, "
                              f"run {k + 1}/{repeat}")
-                        rates.append(drain_rate(system, server.url, sizes[name], w,
-                                                logdir))
-                    results.append(Result(name, w, sizes[name], rates))
+                        runs.append(drain_rate(system, server.url, sizes[name], w,
+                                               logdir))
+                    results.append(Result(name, w, sizes[name],
+                                          *map(list, zip(*runs, strict=True))))
     finally:
         server.stop()
     return {"size": size, "repeat": repeat, "batch": BATCH,
             "cpu_count": os.cpu_count(), "skipped": skipped,
-            "results": [asdict(x) | {"rate": x.rate, "per_worker": x.per_worker}
+            "results": [asdict(x) | {"rate": x.rate, "per_worker": x.per_worker,
+                                     "server_us_per_job": x.server_us_median}
                         for x in results],
             "goals": goals(results)}
 
@@ -250,7 +274,7 @@ def table(report: dict) -> str:
     res = report["results"]
     ping1 = next((x for x in res if x["system"] == "ping" and x["workers"] == 1), None)
     lines = [f"{'system':<18} {'workers':>7} {'jobs/s':>10} {'per worker':>10} "
-             f"{'vs PING/2':>9} {'spread (jobs/s)':>17}"]
+             f"{'vs PING/2':>9} {'server µs/job':>13} {'spread (jobs/s)':>17}"]
     for x in res:
         ping = next((p for p in res if p["system"] == "ping"
                      and p["workers"] == x["workers"]), ping1)
@@ -260,7 +284,8 @@ def table(report: dict) -> str:
         if len(x["rates"]) > 1:
             spread = f"{min(x['rates']):,.0f}-{max(x['rates']):,.0f}"
         lines.append(f"{x['system']:<18} {x['workers']:>7} {x['rate']:>10,.0f} "
-                     f"{x['per_worker']:>10,.0f} {vs:>9} {spread:>17}")
+                     f"{x['per_worker']:>10,.0f} {vs:>9} "
+                     f"{x['server_us_per_job']:>13.1f} {spread:>17}")
     for name, why in report["skipped"].items():
         lines.append(f"{name:<18} skipped: {why}")
     lines.append("")

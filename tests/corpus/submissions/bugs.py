@@ -1,0 +1,189 @@
+"""Wrong submissions, one per common bug, as edits of the solution notebooks.
+
+Each entry: the assignment, the edits (answer cell id -> list of edits; an edit
+is (old, new), or ("def", NAME, SOURCE) to replace a whole function, or
+("cell", SOURCE) to replace the whole cell), and what the grade must show:
+`loses` maps a check to a phrase its message must contain (the check that names
+the bug), `keeps` lists checks that must still pass (the bug costs nothing
+else), `problem` is a phrase that must appear in the report's problems.
+Edits that no longer apply fail the test, so the corpus cannot rot silently.
+"""
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ALT_STREAMS = (HERE.parent / "queues" / "alt_streams.py").read_text()
+
+SUBMISSIONS = {
+    # --- assignment 1 -----------------------------------------------------------
+    "a1_dedup_key_with_attempt": dict(
+        assignment="delivery_semantics",
+        edits={"dedup_key_impl": [(
+            "    return job_id                 # stable across attempts; the attempt "
+            "is not", "    return (job_id, attempt)")]},
+        loses={"dedup_key_stable": "changes between attempts"},
+        keeps=["ack_before_work", "ack_after_work", "dedup_outside_tx",
+               "dedup_in_tx", "window_escapes", "lease_doubles"]),
+    "a1_effect_then_key": dict(
+        assignment="delivery_semantics",
+        edits={"dedup_impl": [(
+            "            if crashes and attempt == 1:\n"
+            "                continue                       # crashed before the "
+            "commit\n"
+            "            keys.add(key)                      # one commit: key and "
+            "effect\n"
+            "            sink.apply(job_id)\n",
+            "            sink.apply(job_id)                 # the effect ...\n"
+            "            if crashes and attempt == 1:\n"
+            "                continue                       # ... the crash ...\n"
+            "            keys.add(key)                      # ... the key, too late\n"
+        )]},
+        loses={"dedup_in_tx": "two writes"},
+        keeps=["dedup_key_stable", "dedup_outside_tx", "ack_before_work"]),
+    # An endless loop, sys.exit(), a process left running and an edited test
+    # cell: four misbehaviours on four different checks, graded in one run.
+    "a1_loop_exit_leftover_tamper": dict(
+        assignment="delivery_semantics",
+        edits={
+            "window_impl": [("    ### BEGIN SOLUTION\n",
+                             "    ### BEGIN SOLUTION\n    while True:\n"
+                             "        pass\n")],
+            "lease_impl": [("    ### BEGIN SOLUTION\n",
+                            "    ### BEGIN SOLUTION\n    import sys\n"
+                            "    sys.exit(3)\n")],
+            "ack_after_work_impl": [("    ### END SOLUTION",
+                                     "    ### END SOLUTION\n\n\nimport subprocess\n"
+                                     "_sleeper = subprocess.Popen(['sleep', '600'], "
+                                     "start_new_session=True)\n")],
+            "ack_before_work": [("check('ack_before_work')", "print('trust me')")],
+        },
+        loses={"window_escapes": "did not return within",
+               "lease_doubles": "sys.exit",
+               "ack_before_work": "was edited"},
+        keeps=["ack_after_work", "dedup_key_stable", "dedup_outside_tx",
+               "dedup_in_tx"],
+        problem="left 1 process"),
+    # --- assignment 2 -----------------------------------------------------------
+    "a2_ack_no_fence": dict(
+        assignment="claim_ack_reap",
+        edits={"myqueue": [(
+            "    if tonumber(redis.call('HGET', KEYS[2] .. ARGV[1], 'attempts')) ~= "
+            "tonumber(ARGV[2])\n    then return 0 end\n"
+            "    redis.call('ZREM', KEYS[1], ARGV[1])\n",
+            "    redis.call('ZREM', KEYS[1], ARGV[1])\n")]},
+        loses={"zombie_ack_refused": "attempt"},
+        keeps=["claim_atomic_concurrent", "reap_atomic_concurrent",
+               "zombie_fail_refused", "killed_attempt_counts"]),
+    "a2_claim_two_trips": dict(
+        assignment="claim_ack_reap",
+        edits={"myqueue": [("def", "claim", '''
+def claim(r, lease_s):
+    """Look at the oldest job, then take it: two round trips."""
+    job_id = r.lindex(PENDING, -1)
+    if job_id is None:
+        return None
+    r.lrem(PENDING, -1, job_id)
+    job_id = _text(job_id)
+    attempt = r.hincrby(JOB + job_id, "attempts", 1)
+    sec, usec = r.time()
+    r.zadd(LEASES, {job_id: sec * 1000 + usec // 1000 + round(lease_s * 1000)})
+    return job_id, json.loads(r.hget(JOB + job_id, "payload")), int(attempt)
+''')]},
+        loses={"claim_atomic_concurrent": "ONE script"},
+        keeps=["zombie_ack_refused", "reap_atomic_concurrent"]),
+    "a2_reap_not_atomic": dict(
+        assignment="claim_ack_reap",
+        edits={"myqueue": [("def", "reap", '''
+def reap(r, max_attempts=3):
+    """Read the expired leases, then move them one by one."""
+    sec, usec = r.time()
+    now = sec * 1000 + usec // 1000
+    requeued = dead_n = 0
+    for job_id, lease in r.zrangebyscore(LEASES, "-inf", now, withscores=True):
+        r.zrem(LEASES, job_id)
+        job = JOB + _text(job_id)
+        if lease != 0:
+            r.hset(job, "error", EXPIRED)
+        if int(r.hget(job, "attempts")) >= max_attempts:
+            r.zadd(DLQ, {job_id: now})
+            dead_n += 1
+        else:
+            r.lpush(PENDING, job_id)
+            requeued += 1
+    return requeued, dead_n
+''')]},
+        loses={"reap_atomic_concurrent": "ONE script"},
+        keeps=["zombie_ack_refused", "claim_atomic_concurrent"]),
+    "a2_poison_never_counts": dict(
+        assignment="claim_ack_reap",
+        edits={"myqueue": [(
+            "    if tonumber(redis.call('HGET', job, 'attempts')) >= "
+            "tonumber(ARGV[1]) then",
+            "    if lease == 0 and tonumber(redis.call('HGET', job, 'attempts')) >= "
+            "tonumber(ARGV[1]) then")]},
+        loses={"killed_attempt_counts": "killed worker never"},
+        keeps=["zombie_ack_refused", "claim_atomic_concurrent", "bound_refuses"]),
+    "a2_syntax_error": dict(
+        assignment="claim_ack_reap",
+        edits={"myqueue": [("def claim(r, lease_s):", "def claim(r, lease_s)")]},
+        loses={"enqueue_idempotent": "syntax error",
+               "chaos_nothing_lost": "syntax error"},
+        keeps=[]),
+    "a2_sys_exit_on_import": dict(
+        assignment="claim_ack_reap",
+        edits={"myqueue": [("import uuid\n", "import uuid\nimport sys\n\n"
+                            "sys.exit('no queue today')\n")]},
+        loses={"enqueue_idempotent": "sys.exit", "bound_refuses": "sys.exit"},
+        keeps=[]),
+    # --- assignment 3 -----------------------------------------------------------
+    "a3_extend_resurrects": dict(
+        assignment="heartbeats",
+        edits={"heartbeat": [
+            ("    if not lease or tonumber(lease) == 0 then return 0 end\n", ""),
+            ("    redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), "
+             "ARGV[1])", "    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), "
+             "ARGV[1])")]},
+        loses={"extend_does_not_resurrect": "XX"},
+        keeps=["zombie_extend_refused", "heartbeat_keeps_lease",
+               "stops_when_lease_lost"]),
+}
+
+# Correct, and written differently from the solution: must score full marks.
+CORRECT = {
+    "a2_alt_streams": dict(
+        assignment="claim_ack_reap",
+        edits={"myqueue": [("cell", "%%writefile myqueue.py\n" + ALT_STREAMS)]}),
+}
+
+
+def _replace_function(source: str, name: str, new: str) -> str:
+    start = source.index(f"\ndef {name}(") + 1
+    nxt = source.find("\ndef ", start)
+    end = len(source) if nxt == -1 else nxt + 1
+    return source[:start] + new.strip("\n") + "\n\n" + source[end:]
+
+
+def build(name: str, dest: Path, source_dir: Path) -> Path:
+    """Write the submission `name` as a notebook under dest; return its path."""
+    import nbformat
+
+    spec = SUBMISSIONS.get(name) or CORRECT[name]
+    assignment = spec["assignment"]
+    nb = nbformat.read(str(source_dir / assignment / f"{assignment}.ipynb"), 4)
+    cells = {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells
+             if "nbgrader" in c.metadata}
+    for gid, edits in spec["edits"].items():
+        cell = cells[gid]
+        for edit in edits:
+            if edit[0] == "def":
+                cell.source = _replace_function(cell.source, edit[1], edit[2])
+            elif edit[0] == "cell":
+                cell.source = edit[1]
+            else:
+                old, new = edit
+                assert cell.source.count(old) == 1, f"{name}: edit no longer applies"
+                cell.source = cell.source.replace(old, new)
+    path = dest / name / f"{assignment}.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+    return path

@@ -1,0 +1,248 @@
+"""The autograder and the nbgrader pipeline, end to end.
+
+Solutions score full marks and untouched exercises score zero, through
+`python -m autograder grade`; `exercises/` is exactly what `nbgrader
+generate_assignment` makes from `solutions/`; `nbgrader autograde` gives the
+same points per check; the sandbox kills what a submission leaves behind.
+Each notebook is graded once (module-scoped fixtures) and asserted on several
+times. The wrong submissions are in test_autograder_corpus.py.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from autograder import assignments, notebook, sandbox
+from autograder.grade import grade
+
+
+def load_path(name: str, path: Path):
+    """Import a module from a file (the corpus is data, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ROOT = notebook.REPO
+corpus = load_path("bugs", ROOT / "tests" / "corpus" / "submissions" / "bugs.py")
+OURS = ["delivery_semantics", "claim_ack_reap", "heartbeats"]
+WITH_SOURCE = [n for n in assignments.names() if notebook.source_notebook(n)]
+VENV_BIN = str(Path(sys.executable).parent)
+ENV = dict(os.environ, PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""))
+ENV.pop("REDIS_URL", None)
+
+
+def _cli(*args, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autograder", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+def _nbgrader(*args, cwd, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([os.path.join(VENV_BIN, "nbgrader"), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+# --- the pipeline's shape -------------------------------------------------------
+
+@pytest.mark.parametrize("name", WITH_SOURCE)
+def test_grade_cells_are_the_checks(name):
+    """Every check has one locked grade cell with its points; nothing else does."""
+    mod = assignments.load(name)
+    nb = notebook.read(notebook.source_notebook(name))
+    assert nb.metadata["autograder"]["assignment"] == name
+    tests = [c for c in nb.cells if notebook.role(c) == "test"]
+    got = {c.metadata.nbgrader.grade_id: c.metadata.nbgrader.points for c in tests}
+    assert got == {c.name: c.points for c in mod.CHECKS}
+    for c in tests:
+        assert c.metadata.nbgrader.locked
+        assert f"check({c.metadata.nbgrader.grade_id!r})" in c.source
+    assert [notebook.role(c) for c in nb.cells].count("check") == 1
+
+
+def test_exercises_are_generated_exactly(tmp_path):
+    """`nbgrader generate_assignment` remakes exercises/ byte for byte.
+
+    Nothing is normalised: nbgrader's output here is deterministic (fixed
+    cell ids in the source, checksums of content only).
+    """
+    for name in WITH_SOURCE:
+        out = tmp_path / "release"
+        res = _nbgrader("generate_assignment", name, "--force", "--no-db",
+                        f"--CourseDirectory.release_directory={out}",
+                        "--log-level=WARN", cwd=ROOT)
+        assert res.returncode == 0, res.stderr[-2000:]
+        made = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+        have = sorted(p.relative_to(notebook.RELEASE_DIR)
+                      for p in (notebook.RELEASE_DIR / name).rglob("*") if p.is_file())
+        assert made == have, f"{name}: files differ; run `make exercises`"
+        for rel in made:
+            assert (out / rel).read_bytes() == (notebook.RELEASE_DIR / rel
+                                                ).read_bytes(), (
+                f"exercises/{rel} drifted from solutions/; run `make exercises`")
+
+
+# --- solutions and exercises through `python -m autograder grade` -----------------
+
+@pytest.fixture(scope="module")
+def solution_grades():
+    out = {}
+    for name in OURS:
+        start = time.monotonic()
+        res = _cli("grade", str(ROOT / "solutions" / name), "--json")
+        out[name] = (res, json.loads(res.stdout), time.monotonic() - start)
+    return out
+
+
+@pytest.fixture(scope="module")
+def exercise_grades():
+    out = {}
+    for name in OURS:
+        start = time.monotonic()
+        res = _cli("grade", str(ROOT / "exercises" / name), "--json", timeout=240)
+        out[name] = (res, json.loads(res.stdout), time.monotonic() - start)
+    return out
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_solution_scores_full_marks(solution_grades, name):
+    res, data, _ = solution_grades[name]
+    failed = [c for c in data["checks"] if not c["ok"]]
+    assert not failed, json.dumps(failed, indent=1)[:3000]
+    assert data["score"] == data["max_score"] == sum(
+        c.points for c in assignments.load(name).CHECKS)
+    assert res.returncode == 0
+    assert not data["problems"], data["problems"]
+
+
+def test_solution_report_has_invariants(solution_grades):
+    _, data, _ = solution_grades["claim_ack_reap"]
+    assert data["invariants"], "the chaos run's invariants are in the report"
+    assert all(v is True for v in data["invariants"].values()), data["invariants"]
+    for c in data["checks"]:
+        assert c["points"] == c["max_points"]
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_untouched_exercise_scores_zero_quickly(exercise_grades, name):
+    res, data, elapsed = exercise_grades[name]
+    assert data["score"] == 0, [c["name"] for c in data["checks"] if c["ok"]]
+    assert res.returncode == 1
+    assert elapsed < 120, f"grading the empty {name} took {elapsed:.0f} s"
+    for c in data["checks"]:
+        assert c["message"], f"{c['name']} failed without saying why"
+    text = " ".join(c["message"] + c["got"] for c in data["checks"])
+    assert "NotImplementedError" in text
+
+
+def test_text_report_names_failures_and_replays(tmp_path):
+    """The human report: points per check, what to fix, expected vs got."""
+    res = _cli("check", str(ROOT / "exercises" / "delivery_semantics"))
+    assert res.returncode == 1
+    assert "[FAIL] ack_before_work" in res.stdout
+    assert "score 0/" in res.stdout and "What to fix:" in res.stdout
+    assert "quick check" in res.stdout
+
+
+def test_cli_refuses_what_it_cannot_grade(tmp_path):
+    res = _cli("grade", str(tmp_path / "nope.ipynb"), timeout=60)
+    assert res.returncode == 2 and "no notebook" in res.stderr
+    (tmp_path / "x.ipynb").write_text("not json")
+    res = _cli("grade", str(tmp_path / "x.ipynb"), timeout=60)
+    assert res.returncode == 2 and "not a readable notebook" in res.stderr
+
+
+# --- nbgrader gives the same points ------------------------------------------------
+
+def _course(tmp: Path, submissions: dict[str, dict[str, Path]]) -> Path:
+    """A throwaway course: our config and sources, then submitted/<student>/."""
+    course = tmp / "course"
+    (course / "solutions").mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    names = {a for subs in submissions.values() for a in subs}
+    for name in names:
+        shutil.copytree(ROOT / "solutions" / name, course / "solutions" / name)
+        res = _nbgrader("generate_assignment", name, "--log-level=WARN", cwd=course)
+        assert res.returncode == 0, res.stderr[-2000:]
+    for student, subs in submissions.items():
+        res = _nbgrader("db", "student", "add", student, "--log-level=WARN",
+                        cwd=course)
+        assert res.returncode == 0, res.stderr[-2000:]
+        for name, path in subs.items():
+            dest = course / "submitted" / student / name
+            dest.mkdir(parents=True)
+            shutil.copy(path, dest / f"{name}.ipynb")
+    return course
+
+
+def _gradebook(course: Path, name: str, student: str) -> dict[str, float]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        sub = gb.find_submission(name, student)
+        return {g.name: g.score for nb in sub.notebooks for g in nb.grades}
+
+
+def test_nbgrader_autograde_gives_the_same_points(tmp_path):
+    """A full-marks and a partly wrong submission, through both graders."""
+    wrong = corpus.build("a1_effect_then_key", tmp_path, notebook.SOURCE_DIR)
+    subs = {"ada": {"delivery_semantics": notebook.source_notebook(
+                "delivery_semantics"),
+                    "claim_ack_reap": notebook.source_notebook("claim_ack_reap")},
+            "bob": {"delivery_semantics": wrong}}
+    course = _course(tmp_path, subs)
+    for name in ("delivery_semantics", "claim_ack_reap"):
+        res = _nbgrader("autograde", name, "--log-level=WARN", cwd=course)
+        assert res.returncode == 0, res.stderr[-3000:]
+    for student, by_name in subs.items():
+        for name, path in by_name.items():
+            ours = grade(path).points()
+            theirs = _gradebook(course, name, student)
+            assert theirs == {k: float(v) for k, v in ours.items()}, (student, name)
+    assert _gradebook(course, "delivery_semantics", "bob")["dedup_in_tx"] == 0
+    res = _nbgrader("generate_feedback", "delivery_semantics", "--log-level=WARN",
+                    cwd=course)
+    assert res.returncode == 0, res.stderr[-2000:]
+    feedback = list((course / "feedback" / "bob").rglob("*.html"))
+    assert feedback and "dedup_in_tx" in feedback[0].read_text()
+
+
+def test_nbgrader_validate_invert_agrees_exercises_fail(tmp_path):
+    """`nbgrader validate --invert`: no test passes on an untouched exercise."""
+    for name in OURS:
+        work = tmp_path / name
+        shutil.copytree(ROOT / "exercises" / name, work)
+        res = _nbgrader("validate", "--invert", f"{name}.ipynb", cwd=work,
+                        timeout=300)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert "Success" in res.stdout and "passed" not in res.stdout.lower(), (
+            res.stdout[-2000:])
+
+
+# --- the sandbox ---------------------------------------------------------------------
+
+def test_sandbox_limits_time_memory_and_kills_what_is_left():
+    marker = f"eo-sandbox-test-{os.getpid()}"
+    fin = sandbox.run(["bash", "-c", f"(setsid sleep 300 {marker} &); exec -a "
+                       f"{marker} sleep 301 & echo started"], timeout=20)
+    assert fin.ok and "started" in fin.stdout
+    assert fin.leftovers, "orphans that escaped the session are found"
+    time.sleep(0.2)
+    alive = [p for p in psutil.process_iter(["cmdline"])
+             if marker in " ".join(p.info["cmdline"] or [])]
+    assert not alive, "every process the command left behind was killed"
+    start = time.monotonic()
+    fin = sandbox.run([sys.executable, "-c", "while True: pass"], timeout=1.5)
+    assert fin.timed_out and time.monotonic() - start < 20
+    fin = sandbox.run([sys.executable, "-c", "x = bytearray(3 * 1024 ** 3)"],
+                      timeout=30, mem_mb=1024)
+    assert fin.returncode != 0 and "MemoryError" in fin.stderr

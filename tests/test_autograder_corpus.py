@@ -1,0 +1,79 @@
+"""Wrong submissions lose points on the check that names their bug, and only there.
+
+The corpus (tests/corpus/submissions/bugs.py) edits the solution notebooks one
+bug at a time: an ack without the attempt check, a claim in two round trips, a
+reap that is not atomic, a dedup key with the attempt number, effect then key
+in two writes, a heartbeat that resurrects a reaped lease, a poison job that
+never counts an attempt, an endless loop, sys.exit(), a syntax error, a
+process left running, an edited test cell. A correct queue built on Redis
+Streams, with another key layout, scores full marks.
+
+Each submission is graded once (module fixture). Assignment 2's wrong queues
+are graded with the quick run (every contract check, one smaller chaos run):
+their bugs are named by contract checks.
+"""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import psutil
+import pytest
+from test_autograder import load_path
+
+from autograder import notebook
+from autograder.grade import grade
+
+corpus = load_path("bugs", notebook.REPO / "tests" / "corpus" / "submissions"
+                   / "bugs.py")
+WRONG = sorted(corpus.SUBMISSIONS)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Grade every submission once, two at a time (each has its own Redis).
+
+    Most of a grading run is waiting on leases and sleeps, so two in parallel
+    take little more wall time than one.
+    """
+    tmp = tmp_path_factory.mktemp("corpus")
+
+    def one(name):
+        path = corpus.build(name, tmp, notebook.SOURCE_DIR)
+        quick = name.startswith("a2_") and name in corpus.SUBMISSIONS
+        start = time.monotonic()
+        return name, (grade(path, quick=quick), time.monotonic() - start)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, WRONG + sorted(corpus.CORRECT)))
+
+
+@pytest.mark.parametrize("name", WRONG)
+def test_bug_costs_the_check_that_names_it(graded, name):
+    result, elapsed = graded[name]
+    spec = corpus.SUBMISSIONS[name]
+    by = {o.name: o for o in result.outcomes}
+    for check, phrase in spec["loses"].items():
+        o = by[check]
+        assert not o.ok and o.points == 0, f"{check} should fail for {name}"
+        text = o.message + " " + o.got
+        assert phrase.lower() in text.lower(), f"{check}: {text!r}"
+    for check in spec["keeps"]:
+        assert by[check].ok, f"{name} also broke {check}: {by[check].explain()}"
+    if "problem" in spec:
+        assert any(spec["problem"] in p for p in result.problems), result.problems
+    assert 0 <= result.score < result.max_score
+    assert elapsed < 150, f"grading {name} took {elapsed:.0f} s"
+
+
+def test_nothing_the_submissions_started_is_left_running(graded):
+    left = [p for p in psutil.process_iter(["cmdline"])
+            if (p.info["cmdline"] or [])[:2] == ["sleep", "600"]]
+    assert not left, left
+
+
+@pytest.mark.parametrize("name", sorted(corpus.CORRECT))
+def test_correct_queue_written_differently_scores_full_marks(graded, name):
+    result, _ = graded[name]
+    failed = [o.explain() for o in result.outcomes if not o.ok]
+    assert not failed, "\n".join(failed)
+    assert result.score == result.max_score
