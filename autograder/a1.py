@@ -33,6 +33,7 @@ from autograder.checks import (
     Check,
     Evaluation,
     cached,
+    cached_only,
     notebook_check,
     notebook_summary,
     outcome,
@@ -392,7 +393,8 @@ def check_all() -> bool:
     """The learner's check cell: the page's stream only; first failure in full."""
     ns = _caller_ns()
     start = time.monotonic()
-    outcomes = judge(observe(ns, quick=True), quick=True)
+    outcomes = (cached_only(("a1", False, _fingerprint(ns)))
+                or judge(observe(ns, quick=True), quick=True))
     ok = notebook_summary(outcomes)
     print(f"  ({time.monotonic() - start:.1f} s)")
     return ok

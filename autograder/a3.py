@@ -27,6 +27,7 @@ from autograder.checks import (
     Check,
     Evaluation,
     cached,
+    cached_only,
     not_run,
     notebook_check,
     notebook_summary,
@@ -219,7 +220,7 @@ def check(name: str, path: str = MODULE_FILE) -> None:
 def check_all(path: str = MODULE_FILE) -> bool:
     """The learner's check cell: the same checks and trial, first failure in full."""
     start = time.monotonic()
-    ev = _run_here(path, True)
+    ev = cached_only(_key(path)) or _run_here(path, True)   # reuse a full run
     for p in ev.problems:
         print("!", p)
     ok = notebook_summary(ev.outcomes)

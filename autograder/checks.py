@@ -154,6 +154,11 @@ def cached(key, compute):
     return _CACHE[key]
 
 
+def cached_only(key):
+    """The full result for this key if a grade cell already computed it."""
+    return _CACHE.get(key)
+
+
 def notebook_check(outcomes: list[Outcome], name: str) -> None:
     """A grade cell: print the pass, or raise with what to fix."""
     by_name = {o.name: o for o in outcomes}

@@ -38,7 +38,7 @@ from handson.chaos_engine import run as chaos_run
 
 SIZES = {
     "small": {
-        "chaos": {"docs": 300, "workers": 2, "iters": 2000, "lease_s": 1.0,
+        "chaos": {"docs": 200, "workers": 2, "iters": 10000, "lease_s": 1.0,
                   "kill_every": 0.3},
         "throughput": {"docs": 200, "iters": 10000, "workers": (1, 2, 4)},
         "lag": {"workers": 2, "iters": 10000, "capacity_docs": 300, "before_s": 1.5,

@@ -13,7 +13,8 @@ def test_chaos_table_four_ways(redis_url, capsys, tmp_path):
     docs = measure.SIZES["small"]["chaos"]["docs"]
     for x in rows:
         assert x.lost == 0, x
-        assert x.kills > 0, x
+        if x.ack_delay:           # a run long enough for the schedule to kill
+            assert x.kills > 0, x
         assert x.distinct + x.dlq == docs, x
         # every duplicate needs a kill between a commit and its ack
         assert x.duplicates <= x.in_window, x
