@@ -25,6 +25,7 @@ import json
 import re
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -185,9 +186,17 @@ def observe(ns: dict, quick: bool = False, out_path: str | None = None) -> dict:
 
 # --- the reference: numbers computed by handson.c01_job_scheduler -------------
 
-@functools.lru_cache(maxsize=1)
+_REFERENCE_LOCK = threading.Lock()
+
+
 def reference() -> dict:
-    """The page's numbers, from the page's script, now."""
+    """The page's numbers, from the page's script, now (once per process)."""
+    with _REFERENCE_LOCK:             # redirect_stdout is process-wide
+        return _reference()
+
+
+@functools.lru_cache(maxsize=1)
+def _reference() -> dict:
     from handson import c01_job_scheduler as c01
 
     out = io.StringIO()

@@ -124,11 +124,17 @@ def _trial_outcomes(data: dict) -> list:
         n_effects = len(fz["effects"].get("frozen-job", []))
         stale_ack = first.get("ack", {}).get("ok")
         held = first.get("result", {}).get("held")
-        history = [f"{e['ev']}(attempt {e.get('attempt')}"
-                   + (f", held={e['held']}" if "held" in e else "")
-                   + (f", ok={e['ok']}" if "ok" in e else "") + ")"
-                   for e in fz["first"]]
-        witness = "frozen worker: " + " -> ".join(history)
+        def history(events):
+            t0 = fz["frozen_at"]
+            return " -> ".join(
+                f"{e['ev']}(attempt {e['attempt']}"
+                + (f", held={e['held']}" if "held" in e else "")
+                + (f", ok={e['ok']}" if "ok" in e else "") + f") @{e['t'] - t0:+.2f}s"
+                for e in events if "attempt" in e)
+
+        witness = (f"frozen worker (SIGSTOP @+0.00s, SIGCONT "
+                   f"@{fz['resumed_at'] - fz['frozen_at']:+.2f}s): "
+                   f"{history(fz['first'])}\nsecond worker: {history(fz['second'])}")
         if n_effects == 1 and held is False and stale_ack is False:
             out.append(outcome(c, True))
         else:

@@ -1,14 +1,9 @@
 """The outbox, measured: save handlers and relays killed with SIGKILL, on real
 SQLite / PostgreSQL and the course's Redis queue."""
 
-from pathlib import Path
-
 import pytest
 from db_targets import db_target, postgres_url  # noqa: F401 - fixtures
-from notebook_sources import mistake, solution_module
 
-from autograder import outbox_relay as relay_grader
-from autograder.grade import grade
 from handson import outbox, outbox_runs
 from handson.sqldb import Database
 
@@ -117,68 +112,3 @@ def test_killed_outbox_save_rolls_back_both_rows(tmp_path, redis_url):
     finally:
         bench.close()
 
-
-# --- the graded assignment: outbox_relay ----------------------------------------
-
-ROOT = Path(__file__).resolve().parent.parent
-SOLUTION = solution_module("outbox_relay", "myoutbox")
-SELECT_UNSENT = (
-    '    rows = db.query("SELECT id, doc_id FROM outbox WHERE sent = 0 ORDER BY id"\n'
-    '                    " LIMIT ?", (batch,))')
-PUBLISH_THEN_MARK = '''    for outbox_id, doc_id in rows:
-        queue.enqueue(r, {"doc_id": doc_id, "outbox_id": outbox_id})
-        pause("between", outbox_id)
-        db.run("UPDATE outbox SET sent = 1 WHERE id = ?", (outbox_id,))'''
-MISTAKES = {
-    "a relay that deletes before publishing": (
-        PUBLISH_THEN_MARK, '''    for outbox_id, doc_id in rows:
-        db.run("DELETE FROM outbox WHERE id = ?", (outbox_id,))
-        pause("between", outbox_id)
-        queue.enqueue(r, {"doc_id": doc_id, "outbox_id": outbox_id})''',
-        {"relay_nothing_lost"}),
-    "a relay that polls id > last": (
-        SELECT_UNSENT + "\n" + PUBLISH_THEN_MARK,
-        '''    (last,) = db.query("SELECT last_id FROM relay_state")[0]
-    rows = db.query("SELECT id, doc_id FROM outbox WHERE id > ? ORDER BY id"
-                    " LIMIT ?", (last, batch))
-    for outbox_id, doc_id in rows:
-        queue.enqueue(r, {"doc_id": doc_id, "outbox_id": outbox_id})
-        pause("between", outbox_id)
-        db.run("UPDATE relay_state SET last_id = ?", (outbox_id,))''',
-        {"no_skip_out_of_order"}),
-    "a consumer without its key": (
-        '''        if not db.query("INSERT INTO summarized (doc_id) VALUES (?)"
-                        " ON CONFLICT (doc_id) DO NOTHING RETURNING doc_id",
-                        (doc_id,)):
-            return False
-''', "", {"effects_once", "relay_kills_effects_once"}),
-    "a save in two transactions": (
-        '''    with db.transaction():
-        db.run("INSERT INTO documents (id, body) VALUES (?, ?)", (doc_id, body))
-        pause("between", doc_id)
-        db.run("INSERT INTO outbox (doc_id) VALUES (?)", (doc_id,))''',
-        '''    db.run("INSERT INTO documents (id, body) VALUES (?, ?)", (doc_id, body))
-    pause("between", doc_id)
-    db.run("INSERT INTO outbox (doc_id) VALUES (?)", (doc_id,))''',
-        {"save_atomic"}),
-}
-
-
-def test_solution_notebook_scores_full_marks():
-    result = grade(ROOT / "solutions" / "outbox_relay")
-    assert result.score == result.max_score, result.text()
-
-
-def test_released_stub_scores_zero():
-    result = grade(ROOT / "exercises" / "outbox_relay")
-    assert result.score == 0, result.text()
-
-
-@pytest.mark.parametrize("name", MISTAKES)
-def test_each_common_mistake_loses_the_points_that_name_it(tmp_path, redis_url,
-                                                           name):
-    old, new, lost = MISTAKES[name]
-    path = tmp_path / "myoutbox.py"
-    path.write_text(mistake(SOLUTION, old, new))
-    ev = relay_grader.evaluate_file(str(path), redis_url)
-    assert {o.name for o in ev.outcomes if not o.ok} == lost, ev.problems

@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 from db_targets import db_target, postgres_url  # noqa: F401 - fixtures
-from notebook_sources import mistake, solution_module
 
 from autograder import idempotent_claims as claims_grader
-from autograder.grade import grade
 from handson import claims, confirmation_job, replay_matrix
 from handson.confirmation_job import LEASE_S, PolicyUnavailable, send_confirmation
 from handson.mailer import PlainMailer, ReferenceMailer
@@ -126,72 +124,8 @@ def test_printed_table_is_the_seeds():
 
 
 # --- the graded assignment: idempotent_claims ----------------------------------
-
-ROOT = Path(__file__).resolve().parent.parent
-SOLUTION = solution_module("idempotent_claims", "myclaims")
-
-
-def failed_checks(tmp_path, source: str) -> set[str]:
-    path = tmp_path / "myclaims.py"
-    path.write_text(source)
-    ev = claims_grader.evaluate_file(str(path))
-    return {o.name for o in ev.outcomes if not o.ok}
-
-
-def test_solution_notebook_scores_full_marks():
-    result = grade(ROOT / "solutions" / "idempotent_claims")
-    assert result.score == result.max_score, result.text()
-
-
-def test_released_stub_scores_zero():
-    result = grade(ROOT / "exercises" / "idempotent_claims")
-    assert result.score == 0, result.text()
-    assert "POLICY" in result.outcomes[0].message
-
-
-def test_claim_and_effect_in_two_transactions_loses_that_check(tmp_path):
-    wrong = mistake(SOLUTION, '''    with db.transaction():
-        op_id = claim(db, POINTS_JOB, key, now)
-        if op_id is not None:
-            pause("after-claim")
-            db.run("INSERT INTO points_ledger (order_key, points) VALUES (?, ?)",
-                   (key, 10))
-            pause("after-effect")
-            complete(db, op_id, now)
-    if op_id is not None:
-        return "applied"
-    return "skip:" + read(db, POINTS_JOB, key)[1]''',
-                    '''    op_id = claim(db, POINTS_JOB, key, now)
-    if op_id is None:
-        op_id, status, claimed_at = read(db, POINTS_JOB, key)
-        if status == "completed" or now - claimed_at < lease_s:
-            return "skip"
-    pause("after-claim")
-    db.run("INSERT INTO points_ledger (order_key, points) VALUES (?, ?)", (key, 10))
-    pause("after-effect")
-    complete(db, op_id, now)
-    return "applied"''')
-    assert failed_checks(tmp_path, wrong) == {"same_transaction_effect"}
-
-
-def test_resending_on_a_young_claim_loses_that_check(tmp_path):
-    wrong = mistake(SOLUTION, '''    if now - claimed_at < lease_s:
-        return "skip:in-progress"''',
-                    '''    if now - claimed_at < lease_s:
-        send_email(mailer, key)           # "the other worker is probably gone"
-        complete(db, op_id, now)
-        return "resent"''')
-    failed = failed_checks(tmp_path, wrong)
-    # case 3's loser meets the same young claim unless the winner already finished
-    assert "young_claim_skipped" in failed
-    assert failed <= {"young_claim_skipped", "two_workers_at_once"}
-
-
-def test_a_policy_other_than_the_one_written_down_loses_cases_5_and_6(tmp_path):
-    wrong = mistake(SOLUTION, 'POLICY = "hold"', 'POLICY = "duplicate"')
-    assert failed_checks(tmp_path, wrong) == {"dies_before_email",
-                                              "dies_after_email"}
-
+# Its solution, stub and wrong submissions are graded by tests/test_autograder.py
+# and tests/test_autograder_corpus.py; here: the grader accepts every policy.
 
 @pytest.mark.parametrize("policy", list(confirmation_job.POLICIES))
 def test_the_labs_job_scores_full_marks_under_each_policy(tmp_path, policy):
@@ -208,7 +142,10 @@ def send_confirmation(db, mailer, key, now, lease_s, pause):
 def award_points(db, key, now, lease_s, pause):
     return lab.award_points(db, key, now, lease_s, pause)
 '''
-    assert failed_checks(tmp_path, wrapper) == set()
+    path = tmp_path / "myclaims.py"
+    path.write_text(wrapper)
+    ev = claims_grader.evaluate_file(str(path))
+    assert [o.name for o in ev.outcomes if not o.ok] == [], ev.problems
 
 
 def test_policy_numbers_are_the_seeds():

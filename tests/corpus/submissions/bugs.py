@@ -146,6 +146,137 @@ def reap(r, max_attempts=3):
         loses={"extend_does_not_resurrect": "XX"},
         keeps=["zombie_extend_refused", "heartbeat_keeps_lease",
                "stops_when_lease_lost"]),
+    # --- idempotent_claims ------------------------------------------------------
+    "claims_effect_in_two_transactions": dict(
+        assignment="idempotent_claims",
+        edits={"myclaims": [(
+            "    with db.transaction():\n"
+            "        op_id = claim(db, POINTS_JOB, key, now)\n"
+            "        if op_id is not None:\n"
+            "            pause(\"after-claim\")\n"
+            "            db.run(\"INSERT INTO points_ledger (order_key, points) "
+            "VALUES (?, ?)\",\n"
+            "                   (key, 10))\n"
+            "            pause(\"after-effect\")\n"
+            "            complete(db, op_id, now)\n"
+            "    if op_id is not None:\n"
+            "        return \"applied\"\n"
+            "    return \"skip:\" + read(db, POINTS_JOB, key)[1]\n",
+            "    op_id = claim(db, POINTS_JOB, key, now)        # commits alone\n"
+            "    if op_id is None:\n"
+            "        op_id, status, claimed_at = read(db, POINTS_JOB, key)\n"
+            "        if status == \"completed\" or now - claimed_at < lease_s:\n"
+            "            return \"skip\"\n"
+            "    pause(\"after-claim\")\n"
+            "    db.run(\"INSERT INTO points_ledger (order_key, points) "
+            "VALUES (?, ?)\", (key, 10))\n"
+            "    pause(\"after-effect\")\n"
+            "    complete(db, op_id, now)\n"
+            "    return \"applied\"\n")]},
+        loses={"same_transaction_effect": "ONE transaction"},
+        keeps=["first_delivery", "repeat_after_success", "two_workers_at_once",
+               "different_order", "dies_before_email", "dies_after_email",
+               "young_claim_skipped"]),
+    "claims_resend_on_young_claim": dict(
+        assignment="idempotent_claims",
+        edits={"myclaims": [(
+            "    if now - claimed_at < lease_s:\n"
+            "        return \"skip:in-progress\"\n",
+            "    if now - claimed_at < lease_s:    # \"the other worker is gone\"\n"
+            "        send_email(mailer, key)\n"
+            "        complete(db, op_id, now)\n"
+            "        return \"resent\"\n")]},
+        # case 3's loser meets the same young claim unless it arrives late, so
+        # two_workers_at_once may go either way and is in neither list
+        loses={"young_claim_skipped": "younger than the lease"},
+        keeps=["first_delivery", "repeat_after_success", "different_order",
+               "dies_before_email", "dies_after_email", "same_transaction_effect"]),
+    "claims_policy_not_as_written": dict(
+        assignment="idempotent_claims",
+        edits={"myclaims": [('POLICY = "hold"', 'POLICY = "duplicate"')]},
+        loses={"dies_before_email": "POLICY = 'duplicate'",
+               "dies_after_email": "POLICY = 'duplicate'"},
+        keeps=["first_delivery", "two_workers_at_once", "young_claim_skipped",
+               "same_transaction_effect"]),
+    # --- outbox_relay -----------------------------------------------------------
+    "outbox_delete_before_publish": dict(
+        assignment="outbox_relay",
+        edits={"myoutbox": [(
+            "        queue.enqueue(r, {\"doc_id\": doc_id, \"outbox_id\": outbox_id})\n"
+            "        pause(\"between\", outbox_id)\n"
+            "        db.run(\"UPDATE outbox SET sent = 1 WHERE id = ?\", "
+            "(outbox_id,))\n",
+            "        db.run(\"DELETE FROM outbox WHERE id = ?\", (outbox_id,))\n"
+            "        pause(\"between\", outbox_id)\n"
+            "        queue.enqueue(r, {\"doc_id\": doc_id, \"outbox_id\": outbox_id})"
+            "\n")]},
+        loses={"relay_nothing_lost": "publish first"},
+        keeps=["save_atomic", "relay_kills_effects_once", "effects_once",
+               "no_skip_out_of_order"]),
+    "outbox_high_water_mark": dict(
+        assignment="outbox_relay",
+        edits={"myoutbox": [
+            ("    rows = db.query(\"SELECT id, doc_id FROM outbox WHERE sent = 0 "
+             "ORDER BY id\"\n                    \" LIMIT ?\", (batch,))\n",
+             "    (last,) = db.query(\"SELECT last_id FROM relay_state\")[0]\n"
+             "    rows = db.query(\"SELECT id, doc_id FROM outbox WHERE id > ? "
+             "ORDER BY id\"\n                    \" LIMIT ?\", (last, batch))\n"),
+            ("        db.run(\"UPDATE outbox SET sent = 1 WHERE id = ?\", "
+             "(outbox_id,))\n",
+             "        db.run(\"UPDATE relay_state SET last_id = ?\", "
+             "(outbox_id,))\n")]},
+        loses={"no_skip_out_of_order": "id > last"},
+        keeps=["save_atomic", "relay_nothing_lost", "relay_kills_effects_once",
+               "effects_once"]),
+    "outbox_consumer_without_key": dict(
+        assignment="outbox_relay",
+        edits={"myoutbox": [(
+            "        if not db.query(\"INSERT INTO summarized (doc_id) VALUES (?)\"\n"
+            "                        \" ON CONFLICT (doc_id) DO NOTHING RETURNING "
+            "doc_id\",\n"
+            "                        (doc_id,)):\n"
+            "            return False\n", "")]},
+        loses={"effects_once": "key", "relay_kills_effects_once": "key"},
+        keeps=["save_atomic", "relay_nothing_lost", "no_skip_out_of_order"]),
+    "outbox_save_in_two_steps": dict(
+        assignment="outbox_relay",
+        edits={"myoutbox": [(
+            "    with db.transaction():\n"
+            "        db.run(\"INSERT INTO documents (id, body) VALUES (?, ?)\", "
+            "(doc_id, body))\n"
+            "        pause(\"between\", doc_id)\n"
+            "        db.run(\"INSERT INTO outbox (doc_id) VALUES (?)\", (doc_id,))\n",
+            "    db.run(\"INSERT INTO documents (id, body) VALUES (?, ?)\", "
+            "(doc_id, body))\n"
+            "    pause(\"between\", doc_id)\n"
+            "    db.run(\"INSERT INTO outbox (doc_id) VALUES (?)\", (doc_id,))\n")]},
+        loses={"save_atomic": "ONE transaction"},
+        keeps=["relay_nothing_lost", "relay_kills_effects_once", "effects_once",
+               "no_skip_out_of_order"]),
+    "a3_heartbeat_never_stops": dict(
+        assignment="heartbeats",
+        edits={"heartbeat": [("def", "run_with_heartbeat", '''
+def run_with_heartbeat(r, queue, job_id, attempt, lease_s, work):
+    """Renew in the background and always finish: the lease 'must' be fine."""
+    stop, finished = threading.Event(), threading.Event()
+
+    def beat():
+        while not finished.wait(lease_s / 3):
+            queue.extend(r, job_id, attempt, lease_s)     # the answer is ignored
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        work(stop)
+    finally:
+        finished.set()
+        thread.join()
+    return True
+''')]},
+        loses={"stops_when_lease_lost": "set the `stop` event",
+               "frozen_worker_refused": "give up"},
+        keeps=["zombie_extend_refused", "extend_does_not_resurrect",
+               "heartbeat_keeps_lease", "long_jobs_run_once"]),
 }
 
 # Correct, and written differently from the solution: must score full marks.
