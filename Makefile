@@ -3,6 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: book test lint bench exercises clean
 
@@ -22,6 +23,13 @@ book: $(STAMP)
 test: book
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest
+
+## exercises: regenerate exercises/ from solutions/ (never edit exercises/ by hand)
+exercises: $(STAMP)
+	@for a in $$(ls solutions); do \
+	  PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/nbgrader generate_assignment $$a \
+	    --force --no-db --log-level=WARN || exit 1; \
+	done
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
