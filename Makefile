@@ -31,6 +31,12 @@ exercises: $(STAMP)
 	    --force --no-db --log-level=WARN || exit 1; \
 	done
 
+## bench: no-op jobs through the reference queue, RQ, Celery, huey, dramatiq
+bench: $(STAMP)
+	$(BIN)/python -m pip install -q -c requirements.txt \
+	  -r handson/bench/requirements-bench.txt
+	$(BIN)/python -m handson.bench --repeat 3
+
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
 

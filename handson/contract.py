@@ -7,12 +7,10 @@ is judged on its behaviour alone.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
-import sys
-from pathlib import Path
 from types import ModuleType
+
+from handson.learner_module import ModuleProblem, load
 
 SIGNATURES = {
     "enqueue": ("r", "payload", "job_id"),
@@ -25,32 +23,16 @@ SIGNATURES = {
 }
 
 
-class ContractError(Exception):
+class ContractError(ModuleProblem):
     """A module that cannot be loaded, or lacks part of the contract."""
 
 
 def load_queue(spec: str) -> ModuleType:
     """Import a queue by dotted name (`handson.q`) or by file path (`myq.py`)."""
-    path = Path(spec)
     try:
-        if spec.endswith(".py") or path.exists():
-            if not path.is_file():
-                raise ContractError(f"no queue module at {spec}")
-            name = f"_queue_{abs(hash(str(path.resolve())))}"
-            mod_spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(mod_spec)
-            sys.modules[name] = module
-            mod_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(spec)
-    except ContractError:
-        raise
-    except SyntaxError as err:
-        raise ContractError(f"{spec} has a syntax error on line {err.lineno}: "
-                            f"{err.msg}") from None
-    except Exception as err:  # the learner's import-time code is untrusted
-        raise ContractError(f"importing {spec} raised {type(err).__name__}: {err}"
-                            ) from None
+        module = load(spec)
+    except ModuleProblem as err:
+        raise ContractError(str(err)) from None
     problems = missing(module)
     if problems:
         raise ContractError(f"{spec} does not meet the queue contract: "

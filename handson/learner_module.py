@@ -1,6 +1,6 @@
 """Load a learner's module (a dotted name or a .py file) and say clearly what is wrong.
 
-The lab's worker processes use this to run a learner's job or relay in place of
+The lab's worker processes use this to run a learner's queue, job or relay in place of
 the reference one; they are the only place that learner code runs.
 """
 

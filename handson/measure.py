@@ -29,6 +29,7 @@ import threading
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 from handson import produce, q, redis_server, setup_db
@@ -146,6 +147,7 @@ class ChaosRow:
     ack_delay: float
     kills: int
     in_window: int      # kills that landed after a commit, before its ack
+    refused: int        # commits whose ack was refused: the lease had expired
     rows: int
     distinct: int
     counter: int
@@ -158,24 +160,29 @@ class ChaosRow:
         return self.rows - self.distinct
 
 
-def kills_in_window(events_dir: Path) -> int:
-    """Workers whose last event is a commit: killed between commit and ack.
+def duplicate_sources(events_dir: Path) -> tuple[int, int]:
+    """The two ways a commit can go unacknowledged, counted from the workers' logs.
 
-    A worker stopped at the end of a run gets SIGTERM and finishes its job
-    (commit, then ack), so only a SIGKILL leaves a commit as the last word.
+    A worker whose last event is a commit was SIGKILLed between commit and ack (a
+    worker stopped at the end of a run gets SIGTERM and finishes its job). A
+    commit followed by a refused ack is a zombie: its lease expired while it
+    worked (a heartbeat starved on a loaded machine), and another attempt owns
+    the job and will apply it again.
     """
-    n = 0
+    killed = refused = 0
     for path in events_dir.glob("*.jsonl"):
-        lines = path.read_text(errors="replace").splitlines()
-        last = json.loads(lines[-1]) if lines else {}
-        n += last.get("ev") == "commit"
-    return n
+        events = [json.loads(line) for line in
+                  path.read_text(errors="replace").splitlines() if line.strip()]
+        killed += bool(events) and events[-1].get("ev") == "commit"
+        refused += sum(1 for a, b in pairwise(events)
+                       if a.get("ev") == "commit" and b.get("ev") == "ack_refused")
+    return killed, refused
 
 
-def chaos_once(cfg: ChaosConfig, url: str) -> tuple[Report, int]:
+def chaos_once(cfg: ChaosConfig, url: str) -> tuple[Report, int, int]:
     with tempfile.TemporaryDirectory(prefix="eo-measure-") as work:
         report = chaos_run(cfg, redis_url=url, workdir=work)
-        return report, kills_in_window(Path(work) / "events")
+        return (report, *duplicate_sources(Path(work) / "events"))
 
 
 def chaos(size: str = "small", out: str | None = None, url: str | None = None,
@@ -194,9 +201,10 @@ def chaos(size: str = "small", out: str | None = None, url: str | None = None,
                                   kill_every=p["kill_every"], seed=seed,
                                   idem=bool(idem),
                                   ack_delay=delay)
-                rep, window = chaos_once(cfg, url)
+                rep, window, refused = chaos_once(cfg, url)
                 s = rep.stats
-                rows.append(ChaosRow(idem, delay, s["kills"], window, s["rows"],
+                rows.append(ChaosRow(idem, delay, s["kills"], window, refused,
+                                     s["rows"],
                                      s["distinct"], s["counter"], s["dlq"], s["lost"],
                                      rep.verdict))
     print(chaos_table(rows))
@@ -207,11 +215,13 @@ def chaos(size: str = "small", out: str | None = None, url: str | None = None,
 
 def chaos_table(rows: list[ChaosRow]) -> str:
     head = (f"{'IDEM':>4} {'ACK_DELAY':>9} {'kills':>5} {'in window':>9} "
+            f"{'refused':>7} "
             f"{'rows':>5} {'distinct':>8} {'dupes':>5} {'counter':>7} {'DLQ':>4} "
             f"{'lost':>4}  verdict")
     lines = [head]
     for x in rows:
         lines.append(f"{x.idem:>4} {x.ack_delay:>9} {x.kills:>5} {x.in_window:>9} "
+                     f"{x.refused:>7} "
                      f"{x.rows:>5} {x.distinct:>8} {x.duplicates:>5} {x.counter:>7} "
                      f"{x.dlq:>4} {x.lost:>4}  {x.verdict}")
     return "\n".join(lines)
@@ -226,6 +236,9 @@ def chaos_figure(rows: list[ChaosRow]):
     xs = range(len(rows))
     ax.bar([i - 0.2 for i in xs], [x.in_window for x in rows], width=0.4,
            label="kills between commit and ack", color="#bbbbbb")
+    ax.bar([i - 0.2 for i in xs], [x.refused for x in rows], width=0.4,
+           bottom=[x.in_window for x in rows], color="#777777",
+           label="commits whose ack was refused (lease expired)")
     ax.bar([i + 0.2 for i in xs], [x.duplicates for x in rows], width=0.4,
            label="duplicate rows", color="#c0392b")
     ax.set_xticks(list(xs), labels)

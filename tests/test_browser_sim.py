@@ -4,7 +4,7 @@
 wrote (or, when it is missing or older than the chapter, builds the chapter alone
 into a temporary directory), presses Spike and Kill -9 with real clicks, reads
 the counters, and checks that the page's copy of the model gives the same
-trace as handson.sim. The checks live in scripts/check_sim_offline.py (also
+trace as handson.sim. The checks live in tests/check_sim_offline.py (also
 runnable by hand); this file only runs them.
 """
 
@@ -23,7 +23,7 @@ SOURCE = ROOT / "book" / "queues_and_logs.md"
 
 def _load_checker():
     spec = importlib.util.spec_from_file_location(
-        "check_sim_offline", ROOT / "scripts" / "check_sim_offline.py")
+        "check_sim_offline", ROOT / "tests" / "check_sim_offline.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

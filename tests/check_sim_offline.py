@@ -1,6 +1,6 @@
 """Open the built "Queues and logs" page in headless Chromium, offline, and play.
 
-    python scripts/check_sim_offline.py [PAGE.html]
+    python tests/check_sim_offline.py [PAGE.html]
 
 The network is blocked (every http(s) request goes to a dead proxy) and any
 request that is not a local file is reported. The check presses Spike and
