@@ -17,6 +17,8 @@ file-wide exemption below.
 from __future__ import annotations
 
 import argparse
+import collections
+import heapq
 import random
 import sys
 
@@ -152,28 +154,27 @@ def b4(s, show):
     class WindowedSink(Sink):
         """Dedup with a bounded LRU of recently-seen ids."""
         def __init__(self, window):
-            super().__init__(); self.window, self.seen, self.order = window, set(), []
+            super().__init__(); self.window, self.seen = window, set()
+            self.order = collections.deque()
         def apply(self, job_id):
             if job_id in self.seen: return False
             self.seen.add(job_id); self.order.append(job_id)
             if len(self.order) > self.window:
-                self.seen.discard(self.order.pop(0))
+                self.seen.discard(self.order.popleft())
             super().apply(job_id); return True
 
     def run(window, delay_seed=17):
         """Redelivery happens `delay` jobs later, not immediately."""
         rng = random.Random(delay_seed)
-        sink, queue = WindowedSink(window), []
-        for jid, crashes in stream():
+        sink, due = WindowedSink(window), []    # heap: (job it lands after, seq, id)
+        for i, (jid, crashes) in enumerate(stream()):
             sink.apply(jid)
             if crashes:
                 # redelivery is queued behind however much traffic arrived meanwhile
-                queue.append((jid, rng.randint(1, 2000)))
-            queue = [(j, d - 1) for j, d in queue]
-            for j, _ in [q for q in queue if q[1] <= 0]:
-                sink.apply(j)
-            queue = [q for q in queue if q[1] > 0]
-        for j, _ in queue: sink.apply(j)
+                heapq.heappush(due, (i + rng.randint(1, 2000) - 1, i, jid))
+            while due and due[0][0] <= i:
+                sink.apply(heapq.heappop(due)[2])
+        for *_, j in sorted(due, key=lambda e: e[1]): sink.apply(j)
         return sink
 
     if show:
