@@ -30,8 +30,10 @@ call, to keep each script short; call it again while it returns work.
 
 Done retention. A finished job leaves a done marker (its id and when it was
 acked) so the same document saved again is still one job. Markers live for
-`QUEUE_DONE_TTL_S` seconds (default one day) and are pruned on ack, so the
-memory of what was done stays bounded; an id enqueued after its marker expired
+`QUEUE_DONE_TTL_S` seconds (default one day) and are pruned by every enqueue
+of a new job and every reap (not on ack: that is the hot path), so the memory
+of what was done stays bounded (the window's acks plus at most the jobs that
+were queued at the last prune); an id enqueued after its marker expired
 is a new job (with attempts from 1 again). Idempotency the queue cannot promise
 beyond that window belongs in the sink (the idempotent write).
 
@@ -42,9 +44,14 @@ Operators' commands (on REDIS_URL, or a private server for a quick look):
     python -m handson.q redrive      # DLQ back to pending
 
 Keys. All keys share the hash tag `{q}` and every key a script touches is
-passed in KEYS (job data lives in per-queue hashes keyed by job id, not in
-per-job keys), so the scripts run unchanged on Redis Cluster. Only Redis 6.2
-commands are used.
+passed in KEYS (job data lives in one per-queue hash with a field per job
+and fact, not in per-job keys: claim cannot know its job's key in advance),
+so the scripts run unchanged on Redis Cluster. Only Redis 6.2 commands are
+used.
+
+Speed. A job costs the server two scripts of five commands each (claim, ack);
+the batched scripts do the same work for a whole batch in a few commands. See
+`python -m handson.bench` for what that buys against a PING loop.
 """
 
 from __future__ import annotations
@@ -64,16 +71,17 @@ from handson.redis_server import cli_redis, connect, redis_url
 TAG = "{q}"
 PENDING = f"{TAG}:pending"      # list: LPUSH to enter, RPOP to claim (FIFO)
 INFLIGHT = f"{TAG}:inflight"    # zset: job_id -> lease deadline (ms); 0 = failed
-PAYLOAD = f"{TAG}:payload"      # hash: job_id -> payload JSON (until ack)
-ATTEMPTS = f"{TAG}:attempts"    # hash: job_id -> attempts so far (only grows)
-BASE = f"{TAG}:base"            # hash: job_id -> attempts when last redriven
-ERROR = f"{TAG}:error"          # hash: job_id -> last error
-ENQUEUED = f"{TAG}:enqueued"    # hash: job_id -> when it (re)entered the queue (ms)
-WAITING = f"{TAG}:waiting"      # zset: pending job_id -> enqueue time (for lag)
+JOBS = f"{TAG}:jobs"            # hash: one field per job and fact, named below
+WAITING = f"{TAG}:waiting"      # zset: requeued pending job_id -> enqueue time
 DLQ = f"{TAG}:dlq"              # zset: job_id -> time of death (ms)
 DONE = f"{TAG}:done"            # zset: job_id -> time of ack (ms), for retention
-KEYS = (PENDING, INFLIGHT, PAYLOAD, ATTEMPTS, BASE, ERROR, ENQUEUED, WAITING,
-        DLQ, DONE)
+KEYS = (PENDING, INFLIGHT, JOBS, WAITING, DLQ, DONE)
+# Fields of JOBS, each a prefix before the job id (the prefix says what it is,
+# so no id can collide with another's field):
+#   p:<id> payload JSON (until ack)         a:<id> attempts so far (only grows)
+#   t:<id> when it (re)entered the queue    b:<id> attempts when last redriven
+#   e:<id> last error
+# One hash rather than one per fact: an ack deletes a job's fields in one call.
 
 DEFAULT_MAX_PENDING = 100_000
 DEFAULT_DONE_TTL_S = 24 * 3600
@@ -85,72 +93,155 @@ class QueueFull(Exception):
     """Enqueue refused: the pending list is at its bound. Retry later (503)."""
 
 
-# Every script starts with this: effects replication (needed on 6.2 for writes
-# after TIME) and `now` in milliseconds from the server's clock.
+# Every script that needs the time starts with this: effects replication
+# (needed on 6.2 for writes after TIME) and `now` in milliseconds from the
+# server's clock.
 _NOW = """
 redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
+# For the batched scripts: `many` sends one command for a whole list of
+# arguments (in slices: Lua can unpack only so many values at once) and joins
+# the replies, so a batch costs a few calls, not a few per job.
+_MANY = """
+local function many(cmd, key, args)
+  if #args == 0 then return {} end
+  if #args <= 1000 then return redis.call(cmd, key, unpack(args)) end
+  local res = {}
+  for i = 1, #args, 1000 do
+    local part = redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
+    if type(part) == 'table' then
+      for j = 1, #part do res[#res + 1] = part[j] end
+    end
+  end
+  return res
+end
+"""
+
 _ENQUEUE = _NOW + """
--- KEYS: pending payload enqueued waiting done
+-- KEYS: pending jobs done
 -- ARGV: job_id payload max_pending done_ttl_ms
 local id = ARGV[1]
-if redis.call('HEXISTS', KEYS[2], id) == 1 then return 0 end
-local done = redis.call('ZSCORE', KEYS[5], id)
+if redis.call('HEXISTS', KEYS[2], 'p:' .. id) == 1 then return 0 end
+local done = redis.call('ZSCORE', KEYS[3], id)
 if done and tonumber(done) >= now - tonumber(ARGV[4]) then return 0 end
 if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[3]) then return -1 end
-if done then redis.call('ZREM', KEYS[5], id) end
-redis.call('HSET', KEYS[2], id, ARGV[2])
-redis.call('HSET', KEYS[3], id, now)
-redis.call('ZADD', KEYS[4], now, id)
+-- forget expired done markers (this id's too, if it had one); every new job
+-- prunes, so the markers are the retention window's plus at most the jobs
+-- that were in the queue at the last enqueue
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - tonumber(ARGV[4])))
+redis.call('HSET', KEYS[2], 'p:' .. id, ARGV[2], 't:' .. id, now)
 redis.call('LPUSH', KEYS[1], id)
 return 1
 """
 
 _CLAIM = _NOW + """
--- KEYS: pending inflight payload attempts waiting
--- ARGV: lease_ms n
-local deadline = now + tonumber(ARGV[1])
-local out = {}
-for _ = 1, tonumber(ARGV[2]) do
-  local id = redis.call('RPOP', KEYS[1])
-  if not id then break end
-  local n = redis.call('HINCRBY', KEYS[4], id, 1)
-  redis.call('ZADD', KEYS[2], deadline, id)
-  redis.call('ZREM', KEYS[5], id)
-  out[#out + 1] = {id, redis.call('HGET', KEYS[3], id), n}
-end
+-- KEYS: pending inflight jobs waiting
+-- ARGV: lease_ms
+local id = redis.call('RPOP', KEYS[1])
+if not id then return false end
+local n = redis.call('HINCRBY', KEYS[3], 'a:' .. id, 1)
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
+if n > 1 then redis.call('ZREM', KEYS[4], id) end   -- requeued: waits no more
+local out = {id, redis.call('HGET', KEYS[3], 'p:' .. id), n}
 return out
 """
 
 _ACK = _NOW + """
--- KEYS: inflight payload attempts base error enqueued done
--- ARGV: done_ttl_ms, then job_id attempt pairs
-local out = {}
-for i = 2, #ARGV, 2 do
-  local id, attempt = ARGV[i], tonumber(ARGV[i + 1])
-  local lease = redis.call('ZSCORE', KEYS[1], id)
-  local ok = 0
-  if lease and tonumber(lease) > 0
-     and tonumber(redis.call('HGET', KEYS[3], id)) == attempt then
-    redis.call('ZREM', KEYS[1], id)
-    for k = 2, 6 do redis.call('HDEL', KEYS[k], id) end
-    redis.call('ZADD', KEYS[7], now, id)
-    ok = 1
-  end
-  out[#out + 1] = ok
+-- KEYS: inflight jobs done
+-- ARGV: job_id attempt
+local id = ARGV[1]
+local job = redis.call('HMGET', KEYS[2], 'a:' .. id, 'f:' .. id)
+local out = 0
+if tonumber(job[1]) == tonumber(ARGV[2])             -- the fence: still this attempt
+   and not job[2]                                    -- not failed
+   and redis.call('ZREM', KEYS[1], id) == 1 then     -- and not reaped
+  redis.call('HDEL', KEYS[2], 'p:' .. id, 'a:' .. id, 'b:' .. id, 'e:' .. id,
+             't:' .. id)
+  redis.call('ZADD', KEYS[3], now, id)
+  out = 1
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', '(' .. (now - tonumber(ARGV[1])))
 return out
 """
 
+# Up to 128 short members, Redis keeps a zset as a packed list where each
+# lookup scans (and parses every score), so a batch of 100 leases would cost
+# O(n^2). A member over 64 bytes switches the key to the skiplist, which it
+# keeps until the key is gone: claim_batch adds such a member first and
+# removes it in the same script (unless a job has that very id), so no one
+# ever sees it.
+_CLAIM_BATCH = _NOW + _MANY + """
+-- KEYS: pending inflight jobs waiting
+-- ARGV: lease_ms n
+-- Replies id, payload, attempt for each job in one flat list. Attempts are
+-- read and written for the whole batch at once (an id is on the pending list
+-- at most once, so this is HINCRBY per job in two calls).
+local ids = redis.call('RPOP', KEYS[1], ARGV[2])
+if not ids then return {} end
+local deadline = now + tonumber(ARGV[1])
+local wide = string.rep('~', 65)
+local widen = #ids > 1 and not redis.call('ZSCORE', KEYS[2], wide)
+local fields, leases, again = {}, {}, {}
+for i, id in ipairs(ids) do
+  fields[2 * i - 1], fields[2 * i] = 'a:' .. id, 'p:' .. id
+  if id == wide then widen = false end
+end
+local job = many('HMGET', KEYS[3], fields)
+local counts, out = {}, {}
+for i, id in ipairs(ids) do
+  local attempt = (tonumber(job[2 * i - 1]) or 0) + 1
+  if attempt > 1 then again[#again + 1] = id end
+  counts[2 * i - 1], counts[2 * i] = fields[2 * i - 1], attempt
+  if widen and i == 1 then leases[1], leases[2] = 0, wide end
+  leases[#leases + 1] = deadline
+  leases[#leases + 1] = id
+  out[3 * i - 2], out[3 * i - 1], out[3 * i] = id, job[2 * i], attempt
+end
+many('HSET', KEYS[3], counts)
+many('ZADD', KEYS[2], leases)
+if widen then redis.call('ZREM', KEYS[2], wide) end
+many('ZREM', KEYS[4], again)
+return out
+"""
+
+_ACK_BATCH = _NOW + _MANY + """
+-- KEYS: inflight jobs done
+-- ARGV: job_id attempt pairs; each pair is fenced on its own
+local ids, fields = {}, {}
+for i = 1, #ARGV, 2 do
+  ids[#ids + 1] = ARGV[i]
+  fields[#fields + 1] = 'a:' .. ARGV[i]
+end
+local attempts = many('HMGET', KEYS[2], fields)
+local leases = many('ZMSCORE', KEYS[1], ids)       -- 0: failed, false: reaped
+local out, seen, gone, drop, marks = {}, {}, {}, {}, {}
+for i, id in ipairs(ids) do
+  out[i] = 0
+  if leases[i] and tonumber(leases[i]) > 0 and not seen[id]
+     and tonumber(attempts[i]) == tonumber(ARGV[2 * i]) then
+    seen[id] = true
+    gone[#gone + 1] = id
+    local d = #drop
+    drop[d + 1], drop[d + 2], drop[d + 3] = 'p:' .. id, 'a:' .. id, 't:' .. id
+    drop[d + 4], drop[d + 5] = 'b:' .. id, 'e:' .. id
+    marks[#marks + 1] = now
+    marks[#marks + 1] = id
+    out[i] = 1
+  end
+end
+many('ZREM', KEYS[1], gone)
+many('HDEL', KEYS[2], drop)
+many('ZADD', KEYS[3], marks)
+return table.concat(out)                           -- '1' acked, '0' refused
+"""
+
 _EXTEND = _NOW + """
--- KEYS: inflight attempts      ARGV: job_id attempt lease_ms
+-- KEYS: inflight jobs      ARGV: job_id attempt lease_ms
 local lease = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not lease or tonumber(lease) == 0 then return 0 end
-if tonumber(redis.call('HGET', KEYS[2], ARGV[1])) ~= tonumber(ARGV[2]) then
+if tonumber(redis.call('HGET', KEYS[2], 'a:' .. ARGV[1])) ~= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), ARGV[1])
@@ -158,96 +249,118 @@ return 1
 """
 
 _FAIL = """
--- KEYS: inflight attempts error      ARGV: job_id attempt error
+-- KEYS: inflight jobs      ARGV: job_id attempt error
 local lease = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not lease or tonumber(lease) == 0 then return 0 end
-if tonumber(redis.call('HGET', KEYS[2], ARGV[1])) ~= tonumber(ARGV[2]) then
+if tonumber(redis.call('HGET', KEYS[2], 'a:' .. ARGV[1])) ~= tonumber(ARGV[2]) then
   return 0
 end
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[2], 'e:' .. ARGV[1], ARGV[3], 'f:' .. ARGV[1], 1)
 redis.call('ZADD', KEYS[1], 'XX', 0, ARGV[1])  -- expired now: reap decides
 return 1
 """
 
 _REAP = _NOW + """
--- KEYS: inflight pending attempts base error enqueued waiting dlq
--- ARGV: max_attempts limit lease_expired_message
+-- KEYS: inflight pending jobs waiting dlq done
+-- ARGV: max_attempts limit lease_expired_message done_ttl_ms
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now,
                            'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
 local requeued, dead = 0, 0
 for i = 1, #expired, 2 do
   local id, lease = expired[i], tonumber(expired[i + 1])
   redis.call('ZREM', KEYS[1], id)
-  if lease ~= 0 then redis.call('HSET', KEYS[5], id, ARGV[3]) end
-  local used = (tonumber(redis.call('HGET', KEYS[3], id)) or 0)
-             - (tonumber(redis.call('HGET', KEYS[4], id)) or 0)
+  if lease ~= 0 then redis.call('HSET', KEYS[3], 'e:' .. id, ARGV[3])
+  else redis.call('HDEL', KEYS[3], 'f:' .. id) end        -- failed: the flag goes
+  local job = redis.call('HMGET', KEYS[3], 'a:' .. id, 'b:' .. id, 't:' .. id)
+  local used = (tonumber(job[1]) or 0) - (tonumber(job[2]) or 0)
   if used >= tonumber(ARGV[1]) then
-    redis.call('ZADD', KEYS[8], now, id)
+    redis.call('ZADD', KEYS[5], now, id)
     dead = dead + 1
   else
     redis.call('LPUSH', KEYS[2], id)
-    redis.call('ZADD', KEYS[7], redis.call('HGET', KEYS[6], id) or now, id)
+    redis.call('ZADD', KEYS[4], job[3] or now, id)
     requeued = requeued + 1
   end
 end
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (now - tonumber(ARGV[4])))
 return {requeued, dead}
 """
 
 _DEAD = """
--- KEYS: dlq attempts error
+-- KEYS: dlq jobs
 local ids = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 local out = {}
 for i = 1, #ids, 2 do
   local id = ids[i]
-  out[#out + 1] = {id, tonumber(redis.call('HGET', KEYS[2], id)) or 0,
-                   redis.call('HGET', KEYS[3], id) or '', ids[i + 1]}
+  local job = redis.call('HMGET', KEYS[2], 'a:' .. id, 'e:' .. id)
+  out[#out + 1] = {id, tonumber(job[1]) or 0, job[2] or '', ids[i + 1]}
 end
 return out
 """
 
 _REDRIVE = _NOW + """
--- KEYS: dlq pending attempts base enqueued waiting
+-- KEYS: dlq pending jobs
+-- A redriven job re-enters now, in order, so it needs no WAITING entry.
 local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 for _, id in ipairs(ids) do
-  redis.call('HSET', KEYS[4], id, redis.call('HGET', KEYS[3], id) or 0)
-  redis.call('HSET', KEYS[5], id, now)
-  redis.call('ZADD', KEYS[6], now, id)
+  redis.call('HSET', KEYS[3], 'b:' .. id, redis.call('HGET', KEYS[3], 'a:' .. id) or 0,
+             't:' .. id, now)
   redis.call('LPUSH', KEYS[2], id)
 end
 redis.call('DEL', KEYS[1])
 return #ids
 """
 
+# The oldest pending job. Jobs enter the pending list in the order of their
+# enqueue times, except the ones reap puts back (those keep their first time,
+# and are in WAITING). So the oldest is either the list's tail or WAITING's
+# first: if the tail was requeued, every job behind it entered later still.
 _STATS = """
--- KEYS: pending inflight dlq waiting done
+-- KEYS: pending inflight dlq waiting done jobs
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local oldest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 local age = -1
-if #oldest > 0 then age = now - tonumber(oldest[2]) end
+local tail = redis.call('LINDEX', KEYS[1], -1)
+if tail then
+  local oldest = tonumber(redis.call('HGET', KEYS[6], 't:' .. tail)) or now
+  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  if #first > 0 then oldest = math.min(oldest, tonumber(first[2])) end
+  age = now - oldest
+end
 return {redis.call('LLEN', KEYS[1]), redis.call('ZCARD', KEYS[2]),
         redis.call('ZCARD', KEYS[3]), age, redis.call('ZCARD', KEYS[5])}
 """
 
 
 class _Script:
-    """A Lua script run by EVALSHA (one round trip), loaded on first NOSCRIPT."""
+    """A Lua script run by EVALSHA (one round trip), loaded on first NOSCRIPT.
+
+    The sha, the key count and the key names are encoded once per key tuple:
+    redis-py packs every argument in Python, and bytes are the cheapest kind.
+    """
 
     def __init__(self, source: str):
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
+        self._heads: dict[tuple[str, ...], tuple[bytes, ...]] = {}
 
     def __call__(self, r: redis.Redis, keys: tuple[str, ...], args=()):
+        head = self._heads.get(keys)
+        if head is None:
+            head = self._heads[keys] = (self.sha.encode(), str(len(keys)).encode(),
+                                        *(k.encode() for k in keys))
         try:
-            return r.evalsha(self.sha, len(keys), *keys, *args)
+            return r.evalsha(*head, *args)
         except redis.exceptions.NoScriptError:
             r.script_load(self.source)
-            return r.evalsha(self.sha, len(keys), *keys, *args)
+            return r.evalsha(*head, *args)
 
 
 _enqueue = _Script(_ENQUEUE)
 _claim = _Script(_CLAIM)
 _ack = _Script(_ACK)
+_claim_batch = _Script(_CLAIM_BATCH)
+_ack_batch = _Script(_ACK_BATCH)
 _extend = _Script(_EXTEND)
 _fail = _Script(_FAIL)
 _reap = _Script(_REAP)
@@ -274,7 +387,7 @@ def enqueue(r: redis.Redis, payload: dict, job_id: str | None = None, *,
     job_id = job_id or uuid.uuid4().hex
     bound = max_pending if max_pending is not None else int(
         os.environ.get("QUEUE_MAX", DEFAULT_MAX_PENDING))
-    res = _enqueue(r, (PENDING, PAYLOAD, ENQUEUED, WAITING, DONE),
+    res = _enqueue(r, (PENDING, JOBS, DONE),
                    (job_id, json.dumps(payload), bound, _done_ttl_ms()))
     if res == -1:
         raise QueueFull(f"queue is full ({bound} jobs pending); retry later "
@@ -285,53 +398,59 @@ def enqueue(r: redis.Redis, payload: dict, job_id: str | None = None, *,
 def claim_batch(r: redis.Redis, lease_s: float, n: int
                 ) -> list[tuple[str, dict, int]]:
     """Up to n jobs in one script call, each with its own attempt number."""
-    rows = _claim(r, (PENDING, INFLIGHT, PAYLOAD, ATTEMPTS, WAITING), (_ms(lease_s), n))
-    return [(_text(i), json.loads(p) if p else {}, int(a)) for i, p, a in rows]
+    if n < 1:
+        return []
+    rows = _claim_batch(r, (PENDING, INFLIGHT, JOBS, WAITING), (_ms(lease_s), int(n)))
+    return [(_text(i), json.loads(p) if p else {}, int(a))
+            for i, p, a in zip(rows[::3], rows[1::3], rows[2::3], strict=True)]
 
 
 def claim(r: redis.Redis, lease_s: float) -> tuple[str, dict, int] | None:
     """The next job with a lease of lease_s seconds: (job_id, payload, attempt)."""
-    rows = claim_batch(r, lease_s, 1)
-    return rows[0] if rows else None
+    row = _claim(r, (PENDING, INFLIGHT, JOBS, WAITING), (_ms(lease_s),))
+    if not row:
+        return None
+    i, p, a = row
+    return _text(i), json.loads(p) if p else {}, int(a)
 
 
 def ack_batch(r: redis.Redis, items: list[tuple[str, int]]) -> list[bool]:
     """Ack many (job_id, attempt) pairs in one script call; each fenced alone."""
     if not items:
         return []
-    args = [_done_ttl_ms()]
+    args = []
     for job_id, attempt in items:
-        args += [job_id, int(attempt)]
-    res = _ack(r, (INFLIGHT, PAYLOAD, ATTEMPTS, BASE, ERROR, ENQUEUED, DONE), args)
-    return [bool(x) for x in res]
+        args += (job_id, int(attempt))
+    res = _ack_batch(r, (INFLIGHT, JOBS, DONE), args)
+    return [c == "1" for c in _text(res)]
 
 
 def ack(r: redis.Redis, job_id: str, attempt: int) -> bool:
     """Finish the job. False: this attempt no longer holds the lease (a zombie)."""
-    return ack_batch(r, [(job_id, attempt)])[0]
+    return bool(_ack(r, (INFLIGHT, JOBS, DONE), (job_id, int(attempt))))
 
 
 def extend(r: redis.Redis, job_id: str, attempt: int, lease_s: float) -> bool:
     """Heartbeat: push the deadline back. False: the lease is gone, stop working."""
-    return bool(_extend(r, (INFLIGHT, ATTEMPTS), (job_id, int(attempt), _ms(lease_s))))
+    return bool(_extend(r, (INFLIGHT, JOBS), (job_id, int(attempt), _ms(lease_s))))
 
 
 def fail(r: redis.Redis, job_id: str, attempt: int, error: str) -> bool:
     """Record the error and expire the lease now; the next reap retries or buries."""
-    return bool(_fail(r, (INFLIGHT, ATTEMPTS, ERROR), (job_id, int(attempt), error)))
+    return bool(_fail(r, (INFLIGHT, JOBS), (job_id, int(attempt), error)))
 
 
 def reap(r: redis.Redis, max_attempts: int = 3) -> tuple[int, int]:
     """Expired leases back to pending, or to the DLQ: (requeued, dead)."""
     requeued, dead_n = _reap(
-        r, (INFLIGHT, PENDING, ATTEMPTS, BASE, ERROR, ENQUEUED, WAITING, DLQ),
-        (int(max_attempts), REAP_LIMIT, LEASE_EXPIRED))
+        r, (INFLIGHT, PENDING, JOBS, WAITING, DLQ, DONE),
+        (int(max_attempts), REAP_LIMIT, LEASE_EXPIRED, _done_ttl_ms()))
     return int(requeued), int(dead_n)
 
 
 def dead_details(r: redis.Redis) -> list[dict]:
     """The DLQ, oldest death first, with the time of death (server clock, s)."""
-    rows = _dead(r, (DLQ, ATTEMPTS, ERROR))
+    rows = _dead(r, (DLQ, JOBS))
     return [{"job_id": _text(i), "attempts": int(a), "last_error": _text(e),
              "died_at": float(_text(t)) / 1000} for i, a, e, t in rows]
 
@@ -347,13 +466,13 @@ def redrive(r: redis.Redis) -> int:
     Attempt numbers keep growing (they are fencing tokens); only the budget
     counted against max_attempts starts again.
     """
-    return int(_redrive(r, (DLQ, PENDING, ATTEMPTS, BASE, ENQUEUED, WAITING)))
+    return int(_redrive(r, (DLQ, PENDING, JOBS)))
 
 
 def stats(r: redis.Redis) -> dict:
     """Depths and lag in one call: the numbers to alarm on."""
     pending, inflight, dead_n, age_ms, done = _stats(
-        r, (PENDING, INFLIGHT, DLQ, WAITING, DONE))
+        r, (PENDING, INFLIGHT, DLQ, WAITING, DONE, JOBS))
     return {"pending": int(pending), "inflight": int(inflight), "dead": int(dead_n),
             "oldest_pending_age_s": max(0, int(age_ms)) / 1000,
             "done": int(done)}
@@ -364,7 +483,7 @@ def status(r: redis.Redis, job_id: str) -> str | None:
     p = r.pipeline(transaction=False)
     p.zscore(INFLIGHT, job_id)
     p.zscore(DLQ, job_id)
-    p.hexists(PAYLOAD, job_id)
+    p.hexists(JOBS, f"p:{job_id}")
     p.zscore(DONE, job_id)
     inflight, dead_at, known, done_at = p.execute()
     if inflight is not None:

@@ -28,8 +28,8 @@ def _lua_override(script: str, lua: str) -> str:
 # name -> (edits to the source: (old, new) pairs or text to append, check that fails)
 BROKEN = {
     "ack_without_attempt_check": (
-        [("\n     and tonumber(redis.call('HGET', KEYS[3], id)) == attempt then",
-          " then")], ["zombie_ack_refused", "owner_ack_after_zombie"]),
+        [("if tonumber(job[1]) == tonumber(ARGV[2])", "if true")],
+        ["zombie_ack_refused", "owner_ack_after_zombie"]),
     "extend_without_attempt_check": (
         _lua_override("_extend", """
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
@@ -37,7 +37,7 @@ redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), ARGV[1])
 return 1"""), ["zombie_extend_refused"]),
     "extend_without_xx": (
         _lua_override("_extend", """
-if tonumber(redis.call('HGET', KEYS[2], ARGV[1])) ~= tonumber(ARGV[2]) then
+if tonumber(redis.call('HGET', KEYS[2], 'a:' .. ARGV[1])) ~= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
@@ -49,11 +49,12 @@ return 1"""), ["extend_does_not_resurrect"]),
     "fail_without_attempt_check": (
         [("""  return 0
 end
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])""", """  -- (no fencing)
+redis.call('HSET', KEYS[2], 'e:'""", """  -- (no fencing)
 end
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])""")], ["zombie_fail_refused"]),
+redis.call('HSET', KEYS[2], 'e:'""")], ["zombie_fail_refused"]),
     "enqueue_not_idempotent": (
-        [("if redis.call('HEXISTS', KEYS[2], id) == 1 then return 0 end", "")],
+        [("if redis.call('HEXISTS', KEYS[2], 'p:' .. id) == 1 then return 0 end",
+          "")],
         ["enqueue_idempotent"]),
     "enqueue_forgets_done": (
         [("if done and tonumber(done) >= now - tonumber(ARGV[4]) then return 0 end",
@@ -62,12 +63,13 @@ redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])""")], ["zombie_fail_refused"]),
         [("if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[3]) then return -1 end",
           "")], ["bound_refuses"]),
     "claim_does_not_count": (
-        [("local n = redis.call('HINCRBY', KEYS[4], id, 1)",
-          "redis.call('HSETNX', KEYS[4], id, 1)\n"
-          "  local n = tonumber(redis.call('HGET', KEYS[4], id))")],
+        [("local n = redis.call('HINCRBY', KEYS[3], 'a:' .. id, 1)",
+          "redis.call('HSETNX', KEYS[3], 'a:' .. id, 1)\n"
+          "local n = tonumber(redis.call('HGET', KEYS[3], 'a:' .. id))")],
         ["attempt_grows"]),
     "payload_not_decoded": (
-        [("json.loads(p) if p else {}", "p")],
+        [("return _text(i), json.loads(p) if p else {}, int(a)",
+          "return _text(i), p, int(a)")],
         ["claim_returns_payload_and_attempt"]),
     "reap_takes_live_leases": (
         [("'-inf', now,\n", "'-inf', '+inf',\n")], ["reap_requeues_expired"]),
@@ -81,10 +83,14 @@ def reap(r, max_attempts=3):
     now = sec * 1000 + usec // 1000
     requeued = dead_n = 0
     for job_id, lease in r.zrangebyscore(INFLIGHT, "-inf", now, withscores=True):
+        job_id = _text(job_id)
         r.zrem(INFLIGHT, job_id)
         if lease != 0:
-            r.hset(ERROR, job_id, LEASE_EXPIRED)
-        used = int(r.hget(ATTEMPTS, job_id) or 0) - int(r.hget(BASE, job_id) or 0)
+            r.hset(JOBS, f"e:{job_id}", LEASE_EXPIRED)
+        else:
+            r.hdel(JOBS, f"f:{job_id}")
+        used = (int(r.hget(JOBS, f"a:{job_id}") or 0)
+                - int(r.hget(JOBS, f"b:{job_id}") or 0))
         if used >= max_attempts:
             r.zadd(DLQ, {job_id: now})
             dead_n += 1
@@ -98,26 +104,26 @@ def claim(r, lease_s):
     job_id = r.lindex(PENDING, -1)
     if job_id is None:
         return None
+    job_id = _text(job_id)
     r.lrem(PENDING, -1, job_id)
-    n = r.hincrby(ATTEMPTS, job_id, 1)
+    n = r.hincrby(JOBS, f"a:{job_id}", 1)
     sec, usec = r.time()
     r.zadd(INFLIGHT, {job_id: sec * 1000 + usec // 1000 + _ms(lease_s)})
-    return _text(job_id), json.loads(r.hget(PAYLOAD, job_id)), n
+    return job_id, json.loads(r.hget(JOBS, f"p:{job_id}")), n
 ''', ["claim_atomic_concurrent"]),
     "claim_in_two_round_trips": ('''
 _claim_rest = _Script(_NOW + """
-local n = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+local n = redis.call('HINCRBY', KEYS[2], 'a:' .. ARGV[1], 1)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
-return {n, redis.call('HGET', KEYS[3], ARGV[1])}""")
+if n > 1 then redis.call('ZREM', KEYS[3], ARGV[1]) end
+return {n, redis.call('HGET', KEYS[2], 'p:' .. ARGV[1])}""")
 
 
 def claim(r, lease_s):
     job_id = r.rpop(PENDING)            # a kill between these two steps loses it
     if job_id is None:
         return None
-    n, p = _claim_rest(r, (INFLIGHT, ATTEMPTS, PAYLOAD, WAITING),
-                       (job_id, _ms(lease_s)))
+    n, p = _claim_rest(r, (INFLIGHT, JOBS, WAITING), (job_id, _ms(lease_s)))
     return _text(job_id), json.loads(p), int(n)
 ''', ["claim_atomic_concurrent"]),
 }

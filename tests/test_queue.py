@@ -261,3 +261,41 @@ def test_reap_does_bounded_work_per_call(r, monkeypatch):
     _expire(0.05)
     assert q.reap(r, 3) == (2, 0)
     assert q.reap(r, 3) == (1, 0)
+
+
+def test_a_failed_attempt_retried_can_be_acked(r):
+    q.enqueue(r, {}, "flaky")
+    first = q.claim(r, 30)
+    assert q.fail(r, "flaky", first[2], "TimeoutError: sink busy")
+    assert q.reap(r, 3) == (1, 0)
+    second = q.claim(r, 30)
+    assert second[2] == first[2] + 1
+    assert not q.ack(r, "flaky", first[2])
+    assert q.ack(r, "flaky", second[2])
+    assert q.status(r, "flaky") == "done"
+
+
+def test_done_markers_are_pruned_without_an_ack(r, monkeypatch):
+    monkeypatch.setenv("QUEUE_DONE_TTL_S", "0.3")
+    q.enqueue(r, {}, "d")
+    assert q.ack(r, "d", q.claim(r, 30)[2])
+    assert q.stats(r)["done"] == 1
+    time.sleep(0.4)
+    q.enqueue(r, {}, "e")                   # a new job prunes expired markers
+    assert q.stats(r)["done"] == 0
+    assert q.ack(r, "e", q.claim(r, 30)[2])
+    time.sleep(0.4)
+    q.reap(r, 3)                            # so does reap
+    assert q.stats(r)["done"] == 0
+
+
+def test_batches_of_any_size_and_any_id(r):
+    ids = [f"b{i}" for i in range(1200)] + ["~" * 65, "x y\nz"]
+    for job_id in ids:
+        q.enqueue(r, {"id": job_id}, job_id, max_pending=2000)
+    jobs = q.claim_batch(r, 30, 2000)
+    assert [j[0] for j in jobs] == ids
+    assert all(j[1] == {"id": j[0]} and j[2] == 1 for j in jobs)
+    pairs = [(j[0], j[2]) for j in jobs]
+    assert q.ack_batch(r, pairs + pairs[:1]) == [True] * len(ids) + [False]
+    assert q.stats(r)["inflight"] == 0 and q.stats(r)["done"] == len(ids)
