@@ -18,6 +18,7 @@ import sys
 from dataclasses import fields
 
 from handson.chaos_engine import ChaosConfig, run
+from handson.redis_server import cli_redis
 
 HELP = {
     "queue": "queue module: dotted name or path to a .py file",
@@ -83,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
               f"kills={p['kills']} ({p['phase']})", file=sys.stderr, flush=True)
 
     try:
-        report = run(cfg, workdir=args.workdir, progress=progress)
+        with cli_redis():
+            report = run(cfg, workdir=args.workdir, progress=progress)
     except KeyboardInterrupt:
         print("interrupted: the workers and the server this run started are "
               "stopped", file=sys.stderr)

@@ -165,8 +165,11 @@ def _run(code_or_args, env_url: str | None = None) -> subprocess.CompletedProces
                           timeout=60, env=env)
 
 
-def test_cli_with_a_bad_redis_url_prints_one_line_and_exits_3():
-    res = _run(["-m", "handson.contract_checks", "handson.q"], env_url=BAD_URL)
+@pytest.mark.parametrize("cli", [["handson.contract_checks", "handson.q"],
+                                 ["handson.chaos", "2", "--docs", "10"],
+                                 ["handson.q", "stats"]])
+def test_cli_with_a_bad_redis_url_prints_one_line_and_exits_3(cli):
+    res = _run(["-m", *cli], env_url=BAD_URL)
     assert res.returncode == 3
     assert "Traceback" not in res.stderr
     assert res.stderr.count("\n") == 1 and BAD_URL in res.stderr
