@@ -394,38 +394,61 @@ def _reap_concurrent(q, r, url):
     return f"requeued {n} once, buried {n} once, attempts 2"
 
 
-def _claim_forever(spec: str, url: str) -> None:
+def _claim_forever(spec: str, url: str, claimed) -> None:
     """In a child process: claim and never ack, until someone kills us."""
     q = load_queue(spec)
     r = _client(url)
     while True:
         if q.claim(r, LEASE) is None:
             time.sleep(0.001)
+        else:
+            claimed.value += 1
 
 
-def _claims_survive_kills(q, r, url, n: int = 1000, workers: int = 4,
+def _claims_survive_kills(q, r, url, n: int = 3000, workers: int = 4,
                           kills: int = 24) -> None:
-    """SIGKILL claimers while they claim: no job may vanish between two steps."""
+    """SIGKILL claimers while they claim: no job may vanish between two steps.
+
+    Each kill waits until its victim is seen claiming, so it lands inside the
+    claim loop (not on a worker still starting up, nor on an empty queue) even
+    when a loaded machine makes restarts slow.
+    """
     for i in range(n):
         q.enqueue(r, {"doc_id": i}, f"k-{i}")
     ctx = multiprocessing.get_context("fork")
     rng = random.Random(0)
-    procs = []
+    procs, counters = [], []
+
+    def start(i: int) -> None:
+        counters[i] = ctx.RawValue("q", 0)
+        procs[i] = ctx.Process(target=_claim_forever,
+                               args=(_SPEC[0], url, counters[i]))
+        procs[i].start()
+
     try:
-        for _ in range(workers):
-            procs.append(ctx.Process(target=_claim_forever, args=(_SPEC[0], url)))
-            procs[-1].start()
-        for _ in range(kills):
-            time.sleep(rng.uniform(0.005, 0.03))
+        for i in range(workers):
+            procs.append(None)
+            counters.append(None)
+            start(i)
+        landed, deadline = 0, time.monotonic() + 20
+        while landed < kills and time.monotonic() < deadline:
             i = rng.randrange(workers)
+            seen_at = counters[i].value
+            wait_until = time.monotonic() + 2
+            while counters[i].value == seen_at and time.monotonic() < wait_until:
+                time.sleep(0.0005)
+            if counters[i].value == seen_at:
+                break                    # nothing left to claim
+            time.sleep(rng.uniform(0, 0.002))
             procs[i].kill()
             procs[i].join(5)
-            procs[i] = ctx.Process(target=_claim_forever, args=(_SPEC[0], url))
-            procs[i].start()
+            landed += 1
+            start(i)
     finally:
         for p in procs:
-            p.kill()
-            p.join(5)
+            if p is not None:
+                p.kill()
+                p.join(5)
     seen: set = set()
     for _ in range(20):                  # drain: everything claimed by the dead
         time.sleep(PAST)                 # expires, is reaped and claimed here
@@ -436,7 +459,7 @@ def _claims_survive_kills(q, r, url, n: int = 1000, workers: int = 4,
         if not batch:
             break
     lost = sorted(set(f"k-{i}" for i in range(n)) - seen)
-    _need(not lost, f"after {kills} SIGKILLs of claiming workers, {len(lost)} of {n} "
+    _need(not lost, f"after {landed} SIGKILLs of claiming workers, {len(lost)} of {n} "
           f"jobs were gone (neither pending nor in flight), e.g. {lost[:3]}",
           "a worker killed between the pop and recording the lease loses the job: "
           "pop, count the attempt and record the lease in ONE script")
