@@ -31,7 +31,7 @@ from handson.measure import Pool
 
 SIZES = {
     "small": {
-        "lease": {"docs": 6, "workers": 2, "job_s": 0.5, "lease_s": 0.2},
+        "lease": {"docs": 6, "workers": 2, "job_s": 1.0, "lease_s": 0.4},
         "attempts": {"docs": 60, "workers": 2, "iters": 10_000, "poison_every": 10,
                      "broken_s": 4.0},
         "ack-before-work": {"docs": 150, "workers": 2, "iters": 20_000},

@@ -162,6 +162,8 @@ class Report:
                 out += inv.witnesses
         out += ["", "applications per job: " + _hist(s["applied_histogram"]),
                 "deliveries per job:   " + _hist(s["delivery_histogram"]),
+                f"commits never acked:  {s['unacked']['died']} (worker died), "
+                f"{s['unacked']['refused']} (ack refused)",
                 "", f"seed {c.seed}; replay with:", f"  {self.replay}"]
         return "\n".join(out)
 
@@ -573,6 +575,27 @@ class _Judge:
                             "call is gone unless claim is one atomic step")
         return "\n".join(text)
 
+    def unacked_commits(self) -> dict[str, int]:
+        """Commits whose ack never landed: the only way a fenced queue duplicates.
+
+        The database's `applied` rows are the truth for effects (a worker killed
+        while SQLite's COMMIT was returning has committed but never logged it);
+        the logs add commits that changed nothing. `refused`: the lease had run
+        out, the ack was turned away. `died`: the worker never got its ack in.
+        """
+        commits = {(str(j), int(a)) for j, a, *_ in self.applied}
+        acked, refused = set(), set()
+        for e in self.events:
+            key = (str(e.get("job")), e.get("attempt"))
+            if e["ev"] == "commit":
+                commits.add(key)
+            elif e["ev"] == "ack":
+                acked.add(key)
+            elif e["ev"] == "ack_refused":
+                refused.add(key)
+        unacked = commits - acked
+        return {"died": len(unacked - refused), "refused": len(unacked & refused)}
+
     def stats(self, elapsed: float) -> dict:
         idem = self.cfg.idem
         s = self.summary
@@ -590,6 +613,7 @@ class _Judge:
             "lost": sum(1 for j in self.ids if j not in self.times
                         and j not in self.dead),
             "elapsed_s": round(elapsed, 2),
+            "unacked": self.unacked_commits(),
             "applied_histogram": {str(k): v for k, v in sorted(applied_h.items())},
             "delivery_histogram": {str(k): v for k, v in sorted(delivery_h.items())},
         }
@@ -611,6 +635,7 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
         setup_db.setup(run_.db)
         empty = {"kills": 0, "crash_kills": 0, "pauses": 0, "rows": 0,
                  "distinct": 0, "counter": 0, "dlq": 0, "lost": 0, "elapsed_s": 0.0,
+                 "unacked": {"died": 0, "refused": 0},
                  "applied_histogram": {}, "delivery_histogram": {}}
         try:
             queue = load_queue(cfg.queue)

@@ -5,8 +5,9 @@
     python -m handson.measure lag        [--size small|full] [--out DIR]
 
 `chaos` runs the chaos test four ways (IDEM 0/1 x ACK_DELAY 0/0.01) and counts
-the kills that landed between a worker's commit and its ack: with the naive
-sink each of those is a duplicate, with the idempotent one none is. `throughput`
+the commits whose ack never landed (the worker was killed in between, or its
+lease ran out): with the naive sink each can become a duplicate, with the
+idempotent one none does. `throughput`
 drains the same documents with 1, 2, 4, ... workers and finds the knee.
 `lag` runs a steady producer, adds a burst, samples the backlog and fits the
 drain slope. Each uses a private Redis unless REDIS_URL is set (and then
@@ -29,7 +30,6 @@ import threading
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from itertools import pairwise
 from pathlib import Path
 
 from handson import produce, q, redis_server, setup_db
@@ -146,7 +146,7 @@ class ChaosRow:
     idem: int
     ack_delay: float
     kills: int
-    in_window: int      # kills that landed after a commit, before its ack
+    in_window: int      # commits whose worker died before its ack landed
     refused: int        # commits whose ack was refused: the lease had expired
     rows: int
     distinct: int
@@ -160,29 +160,9 @@ class ChaosRow:
         return self.rows - self.distinct
 
 
-def duplicate_sources(events_dir: Path) -> tuple[int, int]:
-    """The two ways a commit can go unacknowledged, counted from the workers' logs.
-
-    A worker whose last event is a commit was SIGKILLed between commit and ack (a
-    worker stopped at the end of a run gets SIGTERM and finishes its job). A
-    commit followed by a refused ack is a zombie: its lease expired while it
-    worked (a heartbeat starved on a loaded machine), and another attempt owns
-    the job and will apply it again.
-    """
-    killed = refused = 0
-    for path in events_dir.glob("*.jsonl"):
-        events = [json.loads(line) for line in
-                  path.read_text(errors="replace").splitlines() if line.strip()]
-        killed += bool(events) and events[-1].get("ev") == "commit"
-        refused += sum(1 for a, b in pairwise(events)
-                       if a.get("ev") == "commit" and b.get("ev") == "ack_refused")
-    return killed, refused
-
-
-def chaos_once(cfg: ChaosConfig, url: str) -> tuple[Report, int, int]:
+def chaos_once(cfg: ChaosConfig, url: str) -> Report:
     with tempfile.TemporaryDirectory(prefix="eo-measure-") as work:
-        report = chaos_run(cfg, redis_url=url, workdir=work)
-        return (report, *duplicate_sources(Path(work) / "events"))
+        return chaos_run(cfg, redis_url=url, workdir=work)
 
 
 def chaos(size: str = "small", out: str | None = None, url: str | None = None,
@@ -201,9 +181,10 @@ def chaos(size: str = "small", out: str | None = None, url: str | None = None,
                                   kill_every=p["kill_every"], seed=seed,
                                   idem=bool(idem),
                                   ack_delay=delay)
-                rep, window, refused = chaos_once(cfg, url)
+                rep = chaos_once(cfg, url)
                 s = rep.stats
-                rows.append(ChaosRow(idem, delay, s["kills"], window, refused,
+                rows.append(ChaosRow(idem, delay, s["kills"], s["unacked"]["died"],
+                                     s["unacked"]["refused"],
                                      s["rows"],
                                      s["distinct"], s["counter"], s["dlq"], s["lost"],
                                      rep.verdict))
@@ -235,7 +216,7 @@ def chaos_figure(rows: list[ChaosRow]):
     labels = [f"IDEM={x.idem}\nACK_DELAY={x.ack_delay}" for x in rows]
     xs = range(len(rows))
     ax.bar([i - 0.2 for i in xs], [x.in_window for x in rows], width=0.4,
-           label="kills between commit and ack", color="#bbbbbb")
+           label="commits whose worker died before the ack", color="#bbbbbb")
     ax.bar([i - 0.2 for i in xs], [x.refused for x in rows], width=0.4,
            bottom=[x.in_window for x in rows], color="#777777",
            label="commits whose ack was refused (lease expired)")

@@ -266,7 +266,10 @@ def commit_demo(url: str, commit: str, records: int = 30, batch: int = 10,
                 kill_after: int = 13, work_ms: float = 25) -> dict:
     """SIGKILL a consumer mid-batch, restart it in the same group, count.
 
-    skipped: produced but never processed; replayed: processed more than once.
+    The record after `kill_after` hangs the first consumer (a stuck call), so
+    the kill lands at the same place however loaded the machine is; the
+    restarted consumer finds it quick. skipped: produced but never processed;
+    replayed: processed more than once.
     """
     r = connect(url, decode_responses=True)
     topic = f"commit-{commit}"
@@ -276,9 +279,11 @@ def commit_demo(url: str, commit: str, records: int = 30, batch: int = 10,
         out = Path(d) / "out.jsonl"
         args = _consumer_args(url, topic, 0, "scorer", "c1", out, commit=commit,
                               batch=batch, work_ms=work_ms)
-        first = _spawn(args)
+        first = _spawn([*args, "--slow-ms", str(PROC_TIMEOUT_S * 1000)])
         _wait_until(lambda: _ready(out), PROC_TIMEOUT_S, "the consumer to start")
-        ids = [produce(r, topic, 1, f"doc-{i}", {"seq": i}, partition=0)[1]
+        ids = [produce(r, topic, 1, f"doc-{i}",
+                       {"seq": i, **({"slow": "1"} if i == kill_after else {})},
+                       partition=0)[1]
                for i in range(records)]
         r.set(_go(topic), 1)
         _wait_until(lambda: len(_records(out)) >= kill_after or first.poll()
@@ -287,7 +292,7 @@ def commit_demo(url: str, commit: str, records: int = 30, batch: int = 10,
         _finish([first])
         at_kill = len(_records(out))
         pending_at_restart = int(r.xpending(stream(topic, 0), "scorer")["pending"])
-        second = _spawn(args)
+        second = _spawn([*args, "--slow-ms", str(work_ms)])
         _finish([second])
         done = _records(out)
     seen = [x["id"] for x in done]

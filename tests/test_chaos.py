@@ -77,6 +77,7 @@ def test_naive_sink_with_ack_delay_reports_duplicates_with_witnesses(redis_url):
     extra = sum((int(k) - 1) * v for k, v in s["applied_histogram"].items()
                 if int(k) > 1)
     assert s["rows"] == s["counter"] == s["distinct"] + extra
+    assert 1 <= extra <= s["unacked"]["died"] + s["unacked"]["refused"], s
     witness = twice.witnesses[0]
     assert witness.count("APPLIED by worker") >= 2
     assert "claimed by worker" in witness
