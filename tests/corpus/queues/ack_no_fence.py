@@ -1,105 +1,16 @@
 """Broken on purpose: ack removes the lease without checking the attempt."""
 
-import json
-import uuid
+import sys
+from pathlib import Path
 
-P = "{cq}:"
-PENDING, INFLIGHT, DLQ, JOB = P + "pending", P + "inflight", P + "dlq", P + "job:"
-EXPIRED = "lease expired (worker died or was too slow)"
-NOW = """
-redis.replicate_commands()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-"""
-
-
-def _lua(r, src, keys, args):
-    return r.eval(src, len(keys), *keys, *args)
-
-
-def enqueue(r, payload, job_id=None):
-    job_id = job_id or uuid.uuid4().hex
-    _lua(r, """
-    local jk = KEYS[2] .. ARGV[1]
-    if redis.call('EXISTS', jk) == 1 then return 0 end
-    redis.call('HSET', jk, 'payload', ARGV[2], 'attempts', 0, 'state', 'pending')
-    redis.call('LPUSH', KEYS[1], ARGV[1])
-    return 1""", (PENDING, JOB), (job_id, json.dumps(payload)))
-    return job_id
-
-
-def claim(r, lease_s):
-    res = _lua(r, NOW + """
-    local id = redis.call('RPOP', KEYS[1])
-    if not id then return false end
-    local n = redis.call('HINCRBY', KEYS[3] .. id, 'attempts', 1)
-    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
-    return {id, redis.call('HGET', KEYS[3] .. id, 'payload'), n}""",
-               (PENDING, INFLIGHT, JOB), (lease_s,))
-    if not res:
-        return None
-    return res[0], json.loads(res[1] or "{}"), int(res[2])
-
-
-# KEYS: inflight job-prefix; ARGV: job_id attempt. Fenced: lease held by attempt.
-HELD = """
-local jk = KEYS[2] .. ARGV[1]
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-if tonumber(redis.call('HGET', jk, 'attempts')) ~= tonumber(ARGV[2]) then return 0 end
-"""
+sys.path.insert(0, str(Path(__file__).parent))
+from mini_correct import *  # the correct queue; below, the one bug
 
 
 def ack(r, job_id, attempt):
     # BUG: no fencing; any attempt (a zombie's too) removes the current lease
-    return bool(_lua(r, """
+    return bool(lua(r, """
     local jk = KEYS[2] .. ARGV[1]
     if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
     redis.call('HSET', jk, 'state', 'done')
     return 1""", (INFLIGHT, JOB), (job_id, attempt)))
-
-
-def extend(r, job_id, attempt, lease_s):
-    return bool(_lua(r, NOW + HELD + """
-    redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), ARGV[1])
-    return 1""", (INFLIGHT, JOB), (job_id, attempt, lease_s)))
-
-
-def fail(r, job_id, attempt, error):
-    return bool(_lua(r, HELD + """
-    redis.call('HSET', jk, 'last_error', ARGV[3])
-    redis.call('ZADD', KEYS[1], 'XX', 0, ARGV[1])
-    return 1""", (INFLIGHT, JOB), (job_id, attempt, error)))
-
-
-def reap(r, max_attempts=3):
-    res = _lua(r, NOW + """
-    local requeued, dead = 0, 0
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
-      redis.call('ZREM', KEYS[1], id)
-      local jk = KEYS[4] .. id
-      if tonumber(redis.call('HGET', jk, 'attempts')) >= tonumber(ARGV[1]) then
-        if not redis.call('HGET', jk, 'last_error') then
-          redis.call('HSET', jk, 'last_error', ARGV[2])
-        end
-        redis.call('HSET', jk, 'state', 'dead', 'died_at', now)
-        redis.call('RPUSH', KEYS[3], id)
-        dead = dead + 1
-      else
-        redis.call('RPUSH', KEYS[2], id)
-        requeued = requeued + 1
-      end
-    end
-    return {requeued, dead}""", (INFLIGHT, PENDING, DLQ, JOB), (max_attempts, EXPIRED))
-    return int(res[0]), int(res[1])
-
-
-def dead(r):
-    out = []
-    for job_id in r.lrange(DLQ, 0, -1):
-        attempts, error = r.hmget(JOB + job_id, "attempts", "last_error")
-        out.append((job_id, int(attempts or 0), error or ""))
-    return out
-
-
-def reset(r):
-    r.delete(PENDING, INFLIGHT, DLQ, *r.keys(JOB + "*"))

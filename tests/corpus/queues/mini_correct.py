@@ -13,13 +13,13 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 """
 
 
-def _lua(r, src, keys, args):
+def lua(r, src, keys, args):
     return r.eval(src, len(keys), *keys, *args)
 
 
 def enqueue(r, payload, job_id=None):
     job_id = job_id or uuid.uuid4().hex
-    _lua(r, """
+    lua(r, """
     local jk = KEYS[2] .. ARGV[1]
     if redis.call('EXISTS', jk) == 1 then return 0 end
     redis.call('HSET', jk, 'payload', ARGV[2], 'attempts', 0, 'state', 'pending')
@@ -29,13 +29,13 @@ def enqueue(r, payload, job_id=None):
 
 
 def claim(r, lease_s):
-    res = _lua(r, NOW + """
+    res = lua(r, NOW + """
     local id = redis.call('RPOP', KEYS[1])
     if not id then return false end
     local n = redis.call('HINCRBY', KEYS[3] .. id, 'attempts', 1)
     redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
     return {id, redis.call('HGET', KEYS[3] .. id, 'payload'), n}""",
-               (PENDING, INFLIGHT, JOB), (lease_s,))
+              (PENDING, INFLIGHT, JOB), (lease_s,))
     if not res:
         return None
     return res[0], json.loads(res[1] or "{}"), int(res[2])
@@ -50,27 +50,27 @@ if tonumber(redis.call('HGET', jk, 'attempts')) ~= tonumber(ARGV[2]) then return
 
 
 def ack(r, job_id, attempt):
-    return bool(_lua(r, HELD + """
+    return bool(lua(r, HELD + """
     redis.call('ZREM', KEYS[1], ARGV[1])
     redis.call('HSET', jk, 'state', 'done')
     return 1""", (INFLIGHT, JOB), (job_id, attempt)))
 
 
 def extend(r, job_id, attempt, lease_s):
-    return bool(_lua(r, NOW + HELD + """
+    return bool(lua(r, NOW + HELD + """
     redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), ARGV[1])
     return 1""", (INFLIGHT, JOB), (job_id, attempt, lease_s)))
 
 
 def fail(r, job_id, attempt, error):
-    return bool(_lua(r, HELD + """
+    return bool(lua(r, HELD + """
     redis.call('HSET', jk, 'last_error', ARGV[3])
     redis.call('ZADD', KEYS[1], 'XX', 0, ARGV[1])
     return 1""", (INFLIGHT, JOB), (job_id, attempt, error)))
 
 
 def reap(r, max_attempts=3):
-    res = _lua(r, NOW + """
+    res = lua(r, NOW + """
     local requeued, dead = 0, 0
     for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
       redis.call('ZREM', KEYS[1], id)
