@@ -10,10 +10,6 @@ grader never reads a key: another key layout, or Redis Streams, is fine.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,11 +17,8 @@ from autograder import queue_runs
 from autograder.checks import (
     Check,
     Evaluation,
-    cached,
-    cached_only,
+    ModuleFile,
     not_run,
-    notebook_check,
-    notebook_summary,
     outcome,
 )
 
@@ -187,53 +180,8 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
     return Evaluation(outcomes + chaos_out, problems, invariants, replay)
 
 
-# --- the grader side ------------------------------------------------------------
+# --- the grader side and the notebook side --------------------------------
 
 NOTEBOOK_TIMEOUT_S = 120
-
-
-def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
-    return evaluate_file(str(Path(workdir) / MODULE_FILE), redis_url, quick)
-
-
-# --- the notebook side ------------------------------------------------------------
-
-def _run_here(path: str, quick: bool) -> Evaluation:
-    from handson.redis_server import EmbeddedRedis
-
-    server = EmbeddedRedis().start()
-    try:
-        return evaluate_file(str(Path(path).resolve()), server.url, quick,
-                             shown_path=path)
-    finally:
-        server.stop()
-
-
-def _key(path: str, quick: bool) -> tuple:
-    with contextlib.suppress(OSError):
-        return ("a2", quick, hashlib.sha256(Path(path).read_bytes()).hexdigest())
-    return ("a2", quick, None)
-
-
-def check(name: str, path: str = MODULE_FILE) -> None:
-    """A grade cell: the full run once per kernel (per file content)."""
-    ev = cached(_key(path, False), lambda: _run_here(path, False))
-    for p in ev.problems:
-        print("!", p)
-    notebook_check(ev.outcomes, name)
-
-
-def check_all(path: str = MODULE_FILE) -> bool:
-    """The learner's check cell: every contract check, one smaller chaos run."""
-    start = time.monotonic()
-    ev = cached_only(_key(path, False))      # the grade cells ran: reuse that
-    if ev is None:
-        ev = _run_here(path, True)
-    for p in ev.problems:
-        print("!", p)
-    ok = notebook_summary(ev.outcomes)
-    if ev.replay:
-        print(f"\nReplay the chaos run: {ev.replay}")
-    print(f"  ({time.monotonic() - start:.1f} s)")
-    sys.stdout.flush()
-    return ok
+CELLS = ModuleFile("a2", MODULE_FILE, evaluate_file)
+evaluate, check, check_all = CELLS.evaluate, CELLS.check, CELLS.check_all

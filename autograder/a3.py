@@ -14,11 +14,8 @@ processes running 1 s jobs on 0.2 s leases, and one frozen with SIGSTOP.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,11 +23,8 @@ from autograder import queue_runs, sandbox
 from autograder.checks import (
     Check,
     Evaluation,
-    cached,
-    cached_only,
+    ModuleFile,
     not_run,
-    notebook_check,
-    notebook_summary,
     outcome,
 )
 from autograder.heartbeat_trial import LEASE_S, WORK_S
@@ -187,48 +181,8 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
     return Evaluation(outcomes + _trial_outcomes(data), problems)
 
 
-# --- the grader side ------------------------------------------------------------
+# --- the grader side and the notebook side --------------------------------
 
 NOTEBOOK_TIMEOUT_S = 120
-
-
-def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
-    return evaluate_file(str(Path(workdir) / MODULE_FILE), redis_url, quick)
-
-
-# --- the notebook side ------------------------------------------------------------
-
-def _run_here(path: str, quick: bool) -> Evaluation:
-    from handson.redis_server import EmbeddedRedis
-
-    server = EmbeddedRedis().start()
-    try:
-        return evaluate_file(str(Path(path).resolve()), server.url, quick,
-                             shown_path=path)
-    finally:
-        server.stop()
-
-
-def _key(path: str) -> tuple:
-    with contextlib.suppress(OSError):
-        return ("a3", hashlib.sha256(Path(path).read_bytes()).hexdigest())
-    return ("a3", None)
-
-
-def check(name: str, path: str = MODULE_FILE) -> None:
-    """A grade cell: the checks and the trial once per kernel (per file content)."""
-    ev = cached(_key(path), lambda: _run_here(path, False))
-    for p in ev.problems:
-        print("!", p)
-    notebook_check(ev.outcomes, name)
-
-
-def check_all(path: str = MODULE_FILE) -> bool:
-    """The learner's check cell: the same checks and trial, first failure in full."""
-    start = time.monotonic()
-    ev = cached_only(_key(path)) or _run_here(path, True)   # reuse a full run
-    for p in ev.problems:
-        print("!", p)
-    ok = notebook_summary(ev.outcomes)
-    print(f"  ({time.monotonic() - start:.1f} s)")
-    return ok
+CELLS = ModuleFile("a3", MODULE_FILE, evaluate_file)
+evaluate, check, check_all = CELLS.evaluate, CELLS.check, CELLS.check_all

@@ -14,8 +14,14 @@ AssertionError with the learner-actionable message, so nbgrader's points and
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -182,3 +188,62 @@ def notebook_summary(outcomes: list[Outcome]) -> bool:
     if failed:
         print("\nFirst failure:\n" + failed[0].explain())
     return not failed
+
+
+@dataclass
+class ModuleFile:
+    """An assignment judged from the one module file its notebook writes.
+
+    `judge_file(path, redis_url, quick, shown_path=...)` does the judging; the
+    rest is the same for every such assignment: the grader's `evaluate`, the
+    grade cells' `check` (one full run per kernel and file content) and the
+    check cell's `check_all` (that run if a grade cell made it, else a quick one),
+    each with a private Redis when the assignment needs one.
+    """
+
+    tag: str
+    filename: str
+    judge_file: Callable[..., Evaluation]
+    needs_redis: bool = True
+
+    def evaluate(self, workdir, redis_url: str, quick: bool) -> Evaluation:
+        return self.judge_file(str(Path(workdir) / self.filename), redis_url, quick)
+
+    def _run_here(self, path: str, quick: bool) -> Evaluation:
+        real = str(Path(path).resolve())
+        if not self.needs_redis:
+            return self.judge_file(real, None, quick, shown_path=path)
+        from handson.redis_server import EmbeddedRedis
+
+        server = EmbeddedRedis().start()
+        try:
+            return self.judge_file(real, server.url, quick, shown_path=path)
+        finally:
+            server.stop()
+
+    def _key(self, path: str) -> tuple:
+        with contextlib.suppress(OSError):
+            return (self.tag, hashlib.sha256(Path(path).read_bytes()).hexdigest())
+        return (self.tag, None)
+
+    def check(self, name: str, path: str | None = None) -> None:
+        """A grade cell: pass, or raise with what to fix."""
+        path = path or self.filename
+        ev = cached(self._key(path), lambda: self._run_here(path, False))
+        for p in ev.problems:
+            print("!", p)
+        notebook_check(ev.outcomes, name)
+
+    def check_all(self, path: str | None = None) -> bool:
+        """The learner's check cell: every check, the first failure in full."""
+        path = path or self.filename
+        start = time.monotonic()
+        ev = cached_only(self._key(path)) or self._run_here(path, True)
+        for p in ev.problems:
+            print("!", p)
+        ok = notebook_summary(ev.outcomes)
+        if ev.replay:
+            print(f"\nReplay the chaos run: {ev.replay}")
+        print(f"  ({time.monotonic() - start:.1f} s)")
+        sys.stdout.flush()
+        return ok

@@ -19,22 +19,18 @@ suite pins to the specification.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from autograder import sandbox
 from autograder.checks import (
     Check,
     Evaluation,
+    ModuleFile,
     Outcome,
-    cached,
     not_run,
-    notebook_check,
-    notebook_summary,
     outcome,
 )
 from handson.replay_matrix import POLICY_EMAILS, POLICY_STATUS
@@ -196,8 +192,9 @@ def judge(obs: dict, policy: str) -> list[Outcome]:
     return out
 
 
-def evaluate_file(path: str, quick: bool = False,
+def evaluate_file(path: str, redis_url: str | None = None, quick: bool = False,
                   shown_path: str = MODULE_FILE) -> Evaluation:
+    """One replay run of each case; needs no Redis (the matrix has its own)."""
     if not Path(path).exists():
         return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
                                           f"`%%writefile {shown_path}` cell"))
@@ -218,35 +215,7 @@ def evaluate_file(path: str, quick: bool = False,
     return Evaluation(judge(obs, policy), problems)
 
 
-# --- the grader side ------------------------------------------------------------
+# --- the grader side and the notebook side --------------------------------
 
-def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
-    return evaluate_file(str(Path(workdir) / MODULE_FILE), quick)
-
-
-# --- the notebook side ----------------------------------------------------------
-
-def _key(path: str) -> tuple:
-    with contextlib.suppress(OSError):
-        return (NAME, hashlib.sha256(Path(path).read_bytes()).hexdigest())
-    return (NAME, None)
-
-
-def check(name: str, path: str = MODULE_FILE) -> None:
-    """A grade cell: one replay run per kernel (per file content)."""
-    ev = cached(_key(path), lambda: evaluate_file(path, shown_path=path))
-    for p in ev.problems:
-        print("!", p)
-    notebook_check(ev.outcomes, name)
-
-
-def check_all(path: str = MODULE_FILE) -> bool:
-    """The learner's check cell: the same run and judge as the grader."""
-    start = time.monotonic()
-    ev = evaluate_file(path, shown_path=path)
-    for p in ev.problems:
-        print("!", p)
-    ok = notebook_summary(ev.outcomes)
-    print(f"  ({time.monotonic() - start:.1f} s)")
-    sys.stdout.flush()
-    return ok
+CELLS = ModuleFile(NAME, MODULE_FILE, evaluate_file, needs_redis=False)
+evaluate, check, check_all = CELLS.evaluate, CELLS.check, CELLS.check_all

@@ -18,22 +18,18 @@ the learner's code runs in its own worker process; the grader imports none of it
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from autograder import sandbox
 from autograder.checks import (
     Check,
     Evaluation,
+    ModuleFile,
     Outcome,
-    cached,
     not_run,
-    notebook_check,
-    notebook_summary,
     outcome,
 )
 
@@ -161,45 +157,7 @@ def evaluate_file(path: str, redis_url: str, quick: bool = False,
     return Evaluation(judge(obs), problems)
 
 
-# --- the grader side ------------------------------------------------------------
+# --- the grader side and the notebook side --------------------------------
 
-def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
-    return evaluate_file(str(Path(workdir) / MODULE_FILE), redis_url, quick)
-
-
-# --- the notebook side ----------------------------------------------------------
-
-def _run_here(path: str) -> Evaluation:
-    from handson.redis_server import EmbeddedRedis
-
-    server = EmbeddedRedis().start()
-    try:
-        return evaluate_file(path, server.url, shown_path=path)
-    finally:
-        server.stop()
-
-
-def _key(path: str) -> tuple:
-    with contextlib.suppress(OSError):
-        return (NAME, hashlib.sha256(Path(path).read_bytes()).hexdigest())
-    return (NAME, None)
-
-
-def check(name: str, path: str = MODULE_FILE) -> None:
-    """A grade cell: one run per kernel (per file content)."""
-    ev = cached(_key(path), lambda: _run_here(path))
-    for p in ev.problems:
-        print("!", p)
-    notebook_check(ev.outcomes, name)
-
-
-def check_all(path: str = MODULE_FILE) -> bool:
-    """The learner's check cell: the same run and judge as the grader."""
-    start = time.monotonic()
-    ev = _run_here(path)
-    for p in ev.problems:
-        print("!", p)
-    ok = notebook_summary(ev.outcomes)
-    print(f"  ({time.monotonic() - start:.1f} s)")
-    sys.stdout.flush()
-    return ok
+CELLS = ModuleFile(NAME, MODULE_FILE, evaluate_file)
+evaluate, check, check_all = CELLS.evaluate, CELLS.check, CELLS.check_all
