@@ -16,7 +16,7 @@ the job.
 
 from __future__ import annotations
 
-import sqlite3
+from handson import setup_db
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS sent (
   n INTEGER PRIMARY KEY, recipient TEXT, subject TEXT, body TEXT, reference TEXT)"""
@@ -30,9 +30,7 @@ class PlainMailer:
 
     def __init__(self, path: str):
         self.path = path
-        self._conn = sqlite3.connect(path, timeout=10.0, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")  # survives SIGKILL
+        self._conn = setup_db.connect(path, timeout=10.0)
         self._conn.execute(_SCHEMA)
 
     def send(self, to: str, subject: str, body: str) -> None:

@@ -8,6 +8,7 @@ so the chaos run can count how many times each job really changed the database.
 
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 SCHEMA = """
@@ -19,12 +20,32 @@ CREATE TABLE applied(job_id TEXT, attempt INT, pid INT, t INT);
 
 
 def connect(path: str | Path, timeout: float = 30.0) -> sqlite3.Connection:
-    """Autocommit connection in WAL mode, waiting up to `timeout` s on locks."""
+    """Autocommit connection in WAL mode, waiting up to `timeout` s on locks.
+
+    Every SQLite file of the lab opens here: WAL lets many worker processes
+    write safely, and NORMAL sync still keeps a commit through a SIGKILL (it is
+    in the OS at once; only a power cut needs the fsync NORMAL skips).
+    """
     db = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
     db.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
-    db.execute("PRAGMA journal_mode=WAL")   # lets many worker processes write safely
+    _wal(db, timeout)
     db.execute("PRAGMA synchronous=NORMAL")
     return db
+
+
+def _wal(db: sqlite3.Connection, timeout: float) -> None:
+    """Switch the file to WAL once (it stays so). Two processes switching a new
+    file at the same moment can be told "locked" without the busy wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def setup(path: str | Path) -> Path:

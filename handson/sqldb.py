@@ -18,6 +18,8 @@ import os
 import sqlite3
 from collections.abc import Iterator
 
+from handson import setup_db
+
 MIN_SQLITE = (3, 35, 0)
 
 
@@ -60,12 +62,7 @@ class Database:
                     f"SQLite {sqlite3.sqlite_version} has no RETURNING; the lab "
                     "needs 3.35 or newer")
             try:
-                self._conn = sqlite3.connect(target, timeout=timeout_s,
-                                             isolation_level=None)
-                self._conn.execute("PRAGMA journal_mode=WAL")
-                # a commit survives SIGKILL of the process at once (it is in the
-                # OS); NORMAL skips the fsync that only a power cut would need
-                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._conn = setup_db.connect(target, timeout=timeout_s)
             except sqlite3.Error as err:
                 raise DatabaseUnavailable(f"cannot open SQLite file {target}: {err}"
                                           ) from None

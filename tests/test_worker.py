@@ -23,6 +23,31 @@ def test_idempotent_sink_applies_once_and_counts_once(tmp_path):
         ("doc-1", 1)]
 
 
+OPEN_NEW_FILE = """
+import sys, time
+from handson import setup_db
+t = float(sys.argv[2])
+time.sleep(max(0, t - time.time()))
+setup_db.connect(sys.argv[1], timeout=10).execute("select 1")
+"""
+
+
+def test_processes_opening_a_new_file_at_once_all_get_it(tmp_path):
+    """Switching a new file to WAL from two processes at once can be refused as
+    "locked" without the busy wait; two workers start together in the replay lab."""
+    failures = []
+    for trial in range(25):
+        path, start = tmp_path / f"new{trial}.sqlite", time.time() + 0.3
+        procs = [subprocess.Popen([sys.executable, "-c", OPEN_NEW_FILE, str(path),
+                                   str(start)], stderr=subprocess.PIPE, text=True)
+                 for _ in range(4)]
+        for p in procs:
+            _, err = p.communicate(timeout=60)
+            if p.returncode:
+                failures.append(err.strip().splitlines()[-1])
+    assert failures == []
+
+
 def test_naive_sink_applies_every_delivery(tmp_path):
     db = setup_db.connect(setup_db.setup(tmp_path / "r.db"))
     for attempt in (1, 2):
