@@ -7,8 +7,8 @@
 `chaos` runs the chaos test four ways (IDEM 0/1 x ACK_DELAY 0/0.01) and counts
 the commits whose ack never landed (the worker was killed in between, or its
 lease ran out): with the naive sink each can become a duplicate, with the
-idempotent one none does. `throughput`
-drains the same documents with 1, 2, 4, ... workers and finds the knee.
+idempotent one none does. `throughput` drains the same documents with 1, 2,
+4, ... workers and finds the knee.
 `lag` runs a steady producer, adds a burst, samples the backlog and fits the
 drain slope. Each uses a private Redis unless REDIS_URL is set (and then
 resets only the reference queue's keys). `full` is the seed's size and takes
@@ -184,10 +184,8 @@ def chaos(size: str = "small", out: str | None = None, url: str | None = None,
                 rep = chaos_once(cfg, url)
                 s = rep.stats
                 rows.append(ChaosRow(idem, delay, s["kills"], s["unacked"]["died"],
-                                     s["unacked"]["refused"],
-                                     s["rows"],
-                                     s["distinct"], s["counter"], s["dlq"], s["lost"],
-                                     rep.verdict))
+                                     s["unacked"]["refused"], s["rows"], s["distinct"],
+                                     s["counter"], s["dlq"], s["lost"], rep.verdict))
     print(chaos_table(rows))
     if out:
         _save(chaos_figure(rows), out, "chaos.png")
