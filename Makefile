@@ -27,7 +27,7 @@ test: book
 ## exercises: regenerate exercises/ from solutions/ (never edit exercises/ by hand)
 exercises: $(STAMP)
 	@for a in $$(ls solutions); do \
-	  PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/nbgrader generate_assignment $$a \
+	  $(BIN)/nbgrader generate_assignment $$a \
 	    --force --no-db --log-level=WARN || exit 1; \
 	done
 
