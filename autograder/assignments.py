@@ -12,9 +12,9 @@ import importlib
 from types import ModuleType
 
 REGISTRY = {
-    "delivery_semantics": "autograder.a1",
-    "claim_ack_reap": "autograder.a2",
-    "heartbeats": "autograder.a3",
+    "delivery_semantics": "autograder.delivery_semantics",
+    "claim_ack_reap": "autograder.claim_ack_reap",
+    "heartbeats": "autograder.heartbeats",
     "idempotent_claims": "autograder.idempotent_claims",
     "outbox_relay": "autograder.outbox_relay",
 }

@@ -1,10 +1,10 @@
 """Checks, their outcomes, and the two ways a learner meets them.
 
-An assignment module (`autograder.a1`, ...) declares `CHECKS` (name, points,
-title), an `observe(...)` that runs the learner's code and returns plain data,
-and a `judge(observations, quick)` that turns the data into one `Outcome` per
-check. Judging is pure and trusted; observing is where untrusted code runs, and
-the grader only ever does it in a sandboxed process.
+An assignment module (`autograder.claim_ack_reap`, ...) declares `CHECKS`
+(name, points, title), an `observe(...)` that runs the learner's code and
+returns plain data, and a `judge(observations, quick)` that turns the data into
+one `Outcome` per check. Judging is pure and trusted; observing is where
+untrusted code runs, and the grader only ever does it in a sandboxed process.
 
 The notebook's grade cells call `check(NAME)` (each assignment module wraps
 `notebook_check` below): it observes once per kernel, judges, and raises

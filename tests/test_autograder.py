@@ -255,7 +255,7 @@ def test_sandbox_limits_time_memory_and_kills_what_is_left():
 
 def test_unknown_chaos_verdict_is_never_a_pass():
     """A chaos run that did not drain fails every chaos check, with the reason."""
-    from autograder import a2
+    from autograder import claim_ack_reap as a2
 
     unknown = {"verdict": "unknown", "reason": "not drained after 40 s", "seed": 1,
                "replay": "python -m handson.chaos 4 --queue scratch/run1/myqueue.py",

@@ -394,7 +394,8 @@ def _caller_ns() -> dict:
 def check(name: str) -> None:
     """A grade cell: full observation (once per kernel), then this one check."""
     ns = _caller_ns()
-    outcomes = cached(("a1", False, _fingerprint(ns)), lambda: judge(observe(ns)))
+    key = ("delivery_semantics", False, _fingerprint(ns))
+    outcomes = cached(key, lambda: judge(observe(ns)))
     notebook_check(outcomes, name)
 
 
@@ -402,7 +403,7 @@ def check_all() -> bool:
     """The learner's check cell: the page's stream only; first failure in full."""
     ns = _caller_ns()
     start = time.monotonic()
-    outcomes = (cached_only(("a1", False, _fingerprint(ns)))
+    outcomes = (cached_only(("delivery_semantics", False, _fingerprint(ns)))
                 or judge(observe(ns, quick=True), quick=True))
     ok = notebook_summary(outcomes)
     print(f"  ({time.monotonic() - start:.1f} s)")
@@ -422,7 +423,7 @@ OBSERVATIONS = "observations.json"
 
 def observe_cell(quick: bool) -> tuple[str, float]:
     """Code the grader appends to the learner's cells, and its time limit."""
-    return (f"from autograder.a1 import dump_observations\n"
+    return (f"from autograder.delivery_semantics import dump_observations\n"
             f"dump_observations({OBSERVATIONS!r}, quick={quick})", 240)
 
 

@@ -184,5 +184,5 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
 # --- the grader side and the notebook side --------------------------------
 
 NOTEBOOK_TIMEOUT_S = 120
-CELLS = ModuleFile("a3", MODULE_FILE, evaluate_file)
+CELLS = ModuleFile("heartbeats", MODULE_FILE, evaluate_file)
 evaluate, check, check_all = CELLS.evaluate, CELLS.check, CELLS.check_all

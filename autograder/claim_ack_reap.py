@@ -183,5 +183,5 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
 # --- the grader side and the notebook side --------------------------------
 
 NOTEBOOK_TIMEOUT_S = 120
-CELLS = ModuleFile("a2", MODULE_FILE, evaluate_file)
+CELLS = ModuleFile("claim_ack_reap", MODULE_FILE, evaluate_file)
 evaluate, check, check_all = CELLS.evaluate, CELLS.check, CELLS.check_all
