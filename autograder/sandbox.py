@@ -180,6 +180,20 @@ def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
                     elapsed_s=status["elapsed_s"], leftovers=status["leftovers"])
 
 
+def learner_prefix(workdir: str | os.PathLike, redis_url: str | None = None,
+                   read_paths: tuple[str, ...] = ()) -> list[str]:
+    """The argv prefix that runs one learner process confined to a grading run.
+
+    `prefix + [sys.executable, script, ...]` starts a process that may write
+    only under `workdir`, read the interpreter, its libraries and `read_paths`,
+    reach only the Redis at `redis_url`, and shares the run's memory, process
+    and disk budget. Trusted harness processes (which never import learner
+    code) use it to start the learner's side of a call. An empty prefix means
+    no confinement beyond a separate process.
+    """
+    return []
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Run a command with limits; clean up.")
     p.add_argument("--timeout", type=float, required=True)
