@@ -97,6 +97,7 @@ class GradeResult:
     replay: str = ""
     elapsed_s: float = 0.0
     quick: bool = False
+    isolation: str = ""          # which sandbox protections held: full / partial / none
 
     @property
     def score(self) -> int:
@@ -114,7 +115,7 @@ class GradeResult:
                 "score": self.score, "max_score": self.max_score,
                 "quick": self.quick, "elapsed_s": round(self.elapsed_s, 2),
                 "problems": self.problems, "invariants": self.invariants,
-                "replay": self.replay,
+                "replay": self.replay, "isolation": self.isolation,
                 "checks": [dict(asdict(o), points=o.points) for o in self.outcomes]}
         return json.dumps(data, indent=2)
 
@@ -132,6 +133,8 @@ class GradeResult:
                          f"{o.points:>2}/{o.max_points:<2}  {o.title}")
         lines.append(f"  score {self.score}/{self.max_score}"
                      f"  ({self.elapsed_s:.1f} s)")
+        if self.isolation:
+            lines.append(f"  isolation: {self.isolation}")
         if self.invariants:
             lines.append("")
             lines.append("  chaos invariants: " + ", ".join(

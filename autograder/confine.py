@@ -364,9 +364,11 @@ def become_learner(opts, cmd: list[str], mode: str, report_fd: int) -> None:
                     resource.setrlimit(resource.RLIMIT_NPROC, (opts.pids, opts.pids))
         if mode == "root":
             _drop_capabilities()
+        read = view_read(opts)
         abi = landlock.restrict(
-            read=view_read(opts) + (["/proc"] if mode else []),
-            write=[opts.workdir] + (["/dev/shm"] if mode else []), devices=DEVICES)
+            read=read + (["/proc"] if mode else []),
+            write=[opts.workdir] + (["/dev/shm"] if mode else []), devices=DEVICES,
+            listable=[os.path.dirname(p) for p in read if not os.path.isdir(p)])
         os.write(report_fd, (json.dumps({"landlock": abi}) + "\n").encode())
         os.close(report_fd)
         env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable),

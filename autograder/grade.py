@@ -13,7 +13,6 @@ edited or deleted scores zero for its check.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 import time
@@ -37,10 +36,11 @@ def _execution_problems(summary: dict, finished: sandbox.Finished,
     if summary.get("kernel_died"):
         problems.append(f"the kernel died in {summary['kernel_died']} (os._exit, a "
                         "crash, or the memory limit); the cells after it did not run")
+    problems += finished.problems()
     if finished.timed_out:
         problems.append(f"the notebook did not finish within {timeout:.0f} s and was "
                         "killed")
-    elif not summary and finished.returncode != 0:
+    elif not summary and finished.returncode != 0 and not finished.problems():
         problems.append("the notebook could not be executed: " + finished.tail(400))
     if finished.leftovers:
         shown = "; ".join(finished.leftovers[:3])
@@ -49,8 +49,11 @@ def _execution_problems(summary: dict, finished: sandbox.Finished,
     return problems
 
 
-def run_learner_cells(nb, module, workdir: Path, quick: bool) -> list[str]:
-    """Execute the learner's cells (plus the observe cell) in the sandbox."""
+def run_learner_cells(nb, module, workdir: Path, quick: bool) -> tuple[list[str], str]:
+    """Execute the learner's cells (plus the observe cell) in the sandbox.
+
+    Returns the problems seen and which protections were in force.
+    """
     runnable = notebook.learner_cells(nb)
     make_cell = getattr(module, "observe_cell", None)
     if make_cell:
@@ -61,17 +64,17 @@ def run_learner_cells(nb, module, workdir: Path, quick: bool) -> list[str]:
     src = workdir / "submission.ipynb"
     nbformat.write(runnable, str(src))
     summary_path = workdir / "execution.json"
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     timeout = module.NOTEBOOK_TIMEOUT_S
     finished = sandbox.run(
         [sys.executable, "-m", "autograder.run_notebook", str(src),
          str(workdir / "executed.ipynb"), str(summary_path), "--cell-timeout", "60"],
-        timeout=timeout, cwd=workdir, env=env)
+        timeout=timeout, cwd=workdir, confined=True,
+        read_paths=sandbox.kernel_read_paths())
     try:
         summary = json.loads(summary_path.read_text())
     except (OSError, ValueError):
         summary = {}
-    return _execution_problems(summary, finished, timeout)
+    return _execution_problems(summary, finished, timeout), finished.isolation
 
 
 def grade(path: str | Path, quick: bool = False, progress=None) -> GradeResult:
@@ -94,7 +97,8 @@ def grade(path: str | Path, quick: bool = False, progress=None) -> GradeResult:
     with tempfile.TemporaryDirectory(prefix=f"eo-grade-{name}-") as tmp:
         workdir = Path(tmp)
         say(f"running the learner's cells of {nb_path.name}")
-        problems += run_learner_cells(nb, module, workdir, quick)
+        found, isolation = run_learner_cells(nb, module, workdir, quick)
+        problems += found
         server = EmbeddedRedis().start()
         try:
             say("judging")
@@ -110,4 +114,4 @@ def grade(path: str | Path, quick: bool = False, progress=None) -> GradeResult:
     return GradeResult(assignment=name, submission=str(nb_path), outcomes=outcomes,
                        problems=problems + ev.problems, invariants=ev.invariants,
                        replay=ev.replay, elapsed_s=time.monotonic() - start,
-                       quick=quick)
+                       quick=quick, isolation=isolation)

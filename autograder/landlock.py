@@ -67,8 +67,10 @@ def _fs_access(abi: int) -> int:
     return _FS_BY_ABI[max(v for v in _FS_BY_ABI if v <= abi)]
 
 
-def restrict(read: list[str], write: list[str], devices: list[str] = ()) -> int:
-    """Allow reading/executing `read`, everything under `write`, rw on `devices`.
+def restrict(read: list[str], write: list[str], devices: list[str] = (),
+             listable: list[str] = ()) -> int:
+    """Allow reading/executing `read`, everything under `write`, rw on `devices`,
+    listing (names only, not contents) the directories `listable`.
 
     Everything else on the file system, every TCP bind/connect (ABI 4+), every
     signal to and abstract socket of a process outside (ABI 6+) is denied from
@@ -89,7 +91,8 @@ def restrict(read: list[str], write: list[str], devices: list[str] = ()) -> int:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
         device_access = READ_FILE | WRITE_FILE | (IOCTL_DEV & fs) | (TRUNCATE & fs)
-        for paths, access in ((read, READ), (write, fs), (devices, device_access)):
+        for paths, access in ((read, READ), (write, fs), (devices, device_access),
+                              (listable, READ_DIR)):
             for path in paths:
                 _add_path(libc, add_rule, ruleset, path, access)
         libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
