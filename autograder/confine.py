@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fcntl
 import hashlib
 import json
 import os
@@ -35,6 +36,8 @@ import platform
 import resource
 import shutil
 import signal
+import socket
+import struct
 import sys
 import tempfile
 import time
@@ -47,6 +50,7 @@ CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
+_SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER = 1, 24, 36
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -218,6 +222,14 @@ def build_view(root: str, read: list[str], write: list[str]) -> None:
     _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
+def loopback_up() -> None:
+    """Bring up `lo` of the private network namespace: TCP inside, none out."""
+    ifreq = struct.pack("16sH14x", b"lo", 0)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s, _SIOCGIFFLAGS, ifreq))[1]
+        fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | 1))
+
+
 # --- the namespace's init ------------------------------------------------------------
 
 def _du(path: str, limit_entries: int = 200_000) -> int:
@@ -301,6 +313,7 @@ def init(opts, cmd: list[str], mode: str, report_fd: int) -> int:
     pidns = bool(mode)
     if pidns:
         build_view(opts.root, view_read(opts), [opts.workdir])
+        loopback_up()
     else:
         _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     child = os.fork()
@@ -368,7 +381,8 @@ def become_learner(opts, cmd: list[str], mode: str, report_fd: int) -> None:
         abi = landlock.restrict(
             read=read + (["/proc"] if mode else []),
             write=[opts.workdir] + (["/dev/shm"] if mode else []), devices=DEVICES,
-            listable=[os.path.dirname(p) for p in read if not os.path.isdir(p)])
+            listable=[os.path.dirname(p) for p in read if not os.path.isdir(p)],
+            deny_tcp=not mode)
         os.write(report_fd, (json.dumps({"landlock": abi}) + "\n").encode())
         os.close(report_fd)
         env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable),

@@ -68,9 +68,10 @@ def _fs_access(abi: int) -> int:
 
 
 def restrict(read: list[str], write: list[str], devices: list[str] = (),
-             listable: list[str] = ()) -> int:
+             listable: list[str] = (), deny_tcp: bool = True) -> int:
     """Allow reading/executing `read`, everything under `write`, rw on `devices`,
     listing (names only, not contents) the directories `listable`.
+    `deny_tcp=False` leaves TCP to the caller (a private network namespace).
 
     Everything else on the file system, every TCP bind/connect (ABI 4+), every
     signal to and abstract socket of a process outside (ABI 6+) is denied from
@@ -82,7 +83,8 @@ def restrict(read: list[str], write: list[str], devices: list[str] = (),
     create, add_rule, restrict_self = _SYSCALLS[platform.machine()]
     libc = _libc()
     fs = _fs_access(abi)
-    attr = _RulesetAttr(fs, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
+    net = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 and deny_tcp else 0
+    attr = _RulesetAttr(fs, net,
                         SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
     size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 16 if abi >= 4 else 8
     ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(size),
