@@ -276,11 +276,13 @@ def _processes(pidns: bool) -> list[tuple[int, str]]:
     return [(p, c) for p, c in procs if mine(p)]
 
 
-def _kill_all(pidns: bool) -> None:
+def _kill_all(pidns: bool) -> list[tuple[int, int]]:
+    """SIGKILL everything that still runs; the (pid, status) pairs reaped."""
+    reaped = []
     for _ in range(20):
         left = _processes(pidns)
         if not left:
-            return
+            break
         if pidns:
             with contextlib.suppress(OSError):
                 os.kill(-1, signal.SIGKILL)
@@ -288,7 +290,8 @@ def _kill_all(pidns: bool) -> None:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.02)
-        _reap()
+        reaped += _reap()
+    return reaped + _reap()
 
 
 def _reap() -> list[tuple[int, int]]:
@@ -330,7 +333,9 @@ def init(opts, cmd: list[str], mode: str, report_fd: int) -> int:
                 next_du = time.monotonic() + 0.25
                 if _du(opts.workdir) > quota:
                     disk_exceeded = True
-                    _kill_all(pidns)
+                    for pid, status in _kill_all(pidns):
+                        if pid == child:
+                            code = _code(status)
                     continue
             time.sleep(0.02)
     leftovers = [f"{pid}: {cmdline}" for pid, cmdline in _processes(pidns)]

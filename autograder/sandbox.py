@@ -176,8 +176,8 @@ def supervise(cmd: list[str], timeout: float, mem_mb: int, cwd: str | None,
 def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
         env: dict | None = None, mem_mb: int = DEFAULT_MEM_MB, confined: bool = False,
         read_paths: tuple[str, ...] = (), redis_url: str | None = None,
-        learner_env: dict | None = None, tree_mem_mb: int = TREE_MEM_MB,
-        disk_mb: int = DISK_MB) -> Finished:
+        learner_env: dict | None = None, tree_mem_mb: int | None = None,
+        disk_mb: int | None = None) -> Finished:
     """Run cmd under a supervisor with a time and memory limit; never hangs.
 
     `confined=True` runs it as learner code: in the sandbox of `autograder.confine`
@@ -196,8 +196,8 @@ def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
             if cwd is None:
                 raise ValueError("a confined run needs its work dir as cwd")
             cmd_run = _prefix(cwd, redis_url, read_paths, learner_env or {},
-                              status=confine_path, mem_mb=tree_mem_mb,
-                              disk_mb=disk_mb) + list(cmd)
+                              status=confine_path, mem_mb=tree_mem_mb or TREE_MEM_MB,
+                              disk_mb=disk_mb or DISK_MB) + list(cmd)
         else:
             cmd_run = list(cmd)
         start = time.monotonic()
@@ -245,10 +245,10 @@ def _read_json(path: str) -> dict:
 
 
 def _prefix(workdir, redis_url, read_paths, env: dict, status: str | None = None,
-            mem_mb: int = TREE_MEM_MB, disk_mb: int = DISK_MB) -> list[str]:
+            mem_mb: int | None = None, disk_mb: int | None = None) -> list[str]:
     prefix = [sys.executable, "-m", "autograder.confine", "--workdir", str(workdir),
-              "--mem-mb", str(mem_mb), "--pids", str(TREE_PIDS),
-              "--disk-mb", str(disk_mb)]
+              "--mem-mb", str(mem_mb or TREE_MEM_MB), "--pids", str(TREE_PIDS),
+              "--disk-mb", str(disk_mb or DISK_MB)]
     if redis_url:
         prefix += ["--redis-url", redis_url]
     for path in read_paths:
