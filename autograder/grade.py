@@ -41,7 +41,9 @@ def _execution_problems(summary: dict, finished: sandbox.Finished,
         problems.append(f"the notebook did not finish within {timeout:.0f} s and was "
                         "killed")
     elif not summary and finished.returncode != 0 and not finished.problems():
-        problems.append("the notebook could not be executed: " + finished.tail(400))
+        problems.append(f"the notebook runner ended (exit {finished.returncode}) "
+                        "before it finished, killed by the notebook's own code? "
+                        + finished.tail(400))
     if finished.leftovers:
         shown = "; ".join(finished.leftovers[:3])
         problems.append(f"the notebook left {len(finished.leftovers)} process(es) "
@@ -69,7 +71,7 @@ def run_learner_cells(nb, module, workdir: Path, quick: bool) -> tuple[list[str]
         [sys.executable, "-m", "autograder.run_notebook", str(src),
          str(workdir / "executed.ipynb"), str(summary_path), "--cell-timeout", "60"],
         timeout=timeout, cwd=workdir, confined=True,
-        read_paths=sandbox.kernel_read_paths())
+        read_paths=sandbox.kernel_read_paths(module.__name__ if make_cell else None))
     try:
         summary = json.loads(summary_path.read_text())
     except (OSError, ValueError):

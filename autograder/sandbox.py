@@ -303,48 +303,53 @@ def isolation() -> Finished:
         return run([sys.executable, "-c", "pass"], timeout=30, cwd=tmp, confined=True)
 
 
-def kernel_read_paths() -> tuple[str, ...]:
+def kernel_read_paths(also: str | None = None) -> tuple[str, ...]:
     """What the learner's kernel may read of the course: the notebook runner and
     the `handson` modules the released notebooks import (and what those import).
 
-    Nothing else of the checkout: not `solutions/`, not `tests/`, not the rest
-    of `autograder/` or `handson/`.
+    `also`: a course module that the grader itself runs in the kernel (an
+    assignment's observe cell), with what it imports. Nothing else of the
+    checkout: not `solutions/`, not `tests/`, not the rest of `autograder/`.
     """
     root = Path(__file__).resolve().parent.parent
-    here = Path(__file__).resolve().parent
-    wanted: set[str] = set()
+    wanted: set[str] = {"autograder.run_notebook"}
     for nb in sorted((root / "exercises").glob("*/*.ipynb")):
-        wanted |= set(re.findall(r"handson\.(\w+)", nb.read_text(errors="replace")))
-        wanted |= {m for group in re.findall(r"from handson import ([\w, ]+)",
-                                             nb.read_text(errors="replace"))
+        text = nb.read_text(errors="replace")
+        wanted |= {f"handson.{m}" for m in re.findall(r"handson\.(\w+)", text)}
+        wanted |= {f"handson.{m}" for group in
+                   re.findall(r"from handson import ([\w, ]+)", text)
                    for m in re.split(r"[, ]+", group) if m}
+    if also:
+        wanted.add(also)
     seen: set[str] = set()
     while wanted - seen:
         name = sorted(wanted - seen)[0]
         seen.add(name)
-        path = root / "handson" / f"{name}.py"
+        path = root.joinpath(*name.split(".")).with_suffix(".py")
         if path.exists():
-            wanted |= _handson_imports(path)
-    files = [here / "__init__.py", here / "run_notebook.py",
-             root / "handson" / "__init__.py"]
-    files += [root / "handson" / f"{n}.py" for n in sorted(seen)]
+            wanted |= _course_imports(path, name.split(".")[0])
+    files = [root / "autograder" / "__init__.py", root / "handson" / "__init__.py"]
+    files += [root.joinpath(*n.split(".")).with_suffix(".py") for n in sorted(seen)]
     return tuple(str(f) for f in files if f.exists())
 
 
-def _handson_imports(path: Path) -> set[str]:
+def _course_imports(path: Path, package: str) -> set[str]:
+    """The course modules (`handson.x`, `autograder.y`) a module imports."""
     names: set[str] = set()
     with contextlib.suppress(SyntaxError, OSError):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
-                names |= {a.name.split(".")[1] for a in node.names
-                          if a.name.startswith("handson.")}
+                mods = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 mod = node.module or ""
-                if node.level == 1 or mod == "handson":
-                    names |= {a.name for a in node.names} if not mod or \
-                        mod == "handson" else {mod.split(".")[0]}
-                elif mod.startswith("handson."):
-                    names.add(mod.split(".")[1])
+                if node.level:
+                    mod = f"{package}.{mod}" if mod else package
+                mods = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            else:
+                continue
+            names |= {".".join(m.split(".")[:2]) for m in mods
+                      if m.split(".")[0] in ("handson", "autograder")
+                      and m.count(".") >= 1}
     return names
 
 

@@ -247,10 +247,10 @@ ATTACKS = [
     "p = pathlib.Path('{root}/autograder/checks.py')\n"
     "try:\n    p.write_text(p.read_text() + '\\nOWNED = 1\\n')\n"
     "except OSError as err:\n    print('could not write', err)",
-    # kill the grader, found by pid, and everything visible
-    "import os, signal, psutil\n"
-    "for pid in [{grader}] + psutil.pids():\n"
-    "    try:\n        os.kill(pid, signal.SIGKILL) if pid != os.getpid() else None\n"
+    # kill the grader (its pid written into the cell) and the sandbox's init
+    "import os, signal\n"
+    "for pid in [{grader}, 1]:\n"
+    "    try:\n        os.kill(pid, signal.SIGKILL)\n"
     "    except OSError as err:\n        print('could not kill', pid, err)",
     # detach a child, then fill the disk
     "import subprocess\n"
