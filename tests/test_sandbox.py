@@ -280,3 +280,23 @@ def test_a_hostile_notebook_gets_a_report_and_changes_nothing(tmp_path, monkeypa
     assert "isolation: full" in report and "score 0/" in report
     assert any("disk quota" in p for p in result.problems), result.problems
     assert not alive_with(marker)
+
+
+def test_learner_prefix_confines_a_host_and_cleanup_removes_the_run(tmp_path):
+    """What a trusted harness uses: prefix + command, then cleanup(workdir)."""
+    work = tmp_path / "run"
+    work.mkdir()
+    server = EmbeddedRedis().start()
+    try:
+        prefix = sandbox.learner_prefix(work, server.url)
+        code = ("import os, redis; print(redis.Redis.from_url(os.environ['REDIS_URL'])"
+                ".ping()); open(os.environ['EO_PROBE'], 'w')")
+        res = subprocess.run(prefix + [sys.executable, "-c", code], capture_output=True,
+                             text=True, timeout=60,
+                             env=dict(os.environ, EO_PROBE=str(tmp_path / "out")))
+        assert res.stdout.strip() == "True", res.stderr[-1000:]
+        assert "KeyError" in res.stderr, "EO_PROBE did not reach the learner"
+        assert not (tmp_path / "out").exists()
+    finally:
+        server.stop()
+    assert sandbox.cleanup(work) == []
