@@ -316,6 +316,7 @@ def init(opts, cmd: list[str], mode: str, report_fd: int) -> int:
     pidns = bool(mode)
     if pidns:
         build_view(opts.root, view_read(opts), [opts.workdir])
+        os.write(report_fd, b'{"view_ready": true}\n')    # the launcher removes root
         loopback_up()
     else:
         _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -450,12 +451,15 @@ def launch(opts, cmd: list[str]) -> int:
                 os.write(2, f"sandbox: setup failed: {err!r}\n".encode())
         os._exit(code)
     os.close(write_end)
-    _, status = os.waitpid(pid, 0)
     report: dict = {}
     with os.fdopen(read_end, "rb") as fh:
-        for line in fh.read().decode(errors="replace").splitlines():
+        for line in fh:                   # until the init exits
             with contextlib.suppress(ValueError):
-                report.update(json.loads(line))
+                report.update(json.loads(line.decode(errors="replace")))
+            if report.pop("view_ready", False):
+                with contextlib.suppress(OSError):
+                    os.rmdir(opts.root)   # not a mount point here, nor in the ns
+    _, status = os.waitpid(pid, 0)
     protections = {"landlock": report.pop("landlock", 0), "namespaces": mode,
                    "cgroup": bool(opts.cgroup), "env": "scrubbed",
                    "disk_quota_mb": opts.disk_mb}

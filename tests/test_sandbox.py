@@ -38,7 +38,7 @@ pytestmark = pytest.mark.skipif(
 def confined(tmp_path, code: str, *args: str, timeout: float = 30, **kw):
     """Run `code` as learner code with its own work dir under tmp_path."""
     work = tmp_path / "work"
-    work.mkdir(exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     return sandbox.run([sys.executable, "-c", textwrap.dedent(code), *args],
                        timeout=timeout, cwd=work, confined=True, **kw)
 
@@ -300,3 +300,32 @@ def test_learner_prefix_confines_a_host_and_cleanup_removes_the_run(tmp_path):
     finally:
         server.stop()
     assert sandbox.cleanup(work) == []
+
+
+def test_concurrent_runs_cannot_see_each_other(tmp_path):
+    """Run A holds a file and a process; run B, at the same time, finds neither."""
+    marker = f"eo-run-a-{os.getpid()}"
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a = threading.Thread(target=confined, args=(a_dir, f"""
+        import time
+        open("answer.txt", "w").write("A's work")
+        time.sleep(8)  # {marker}
+        """))
+    a.start()
+    deadline = time.monotonic() + 20
+    while not (a_dir / "work" / "answer.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    fin = confined(b_dir, """
+        import os, sys, psutil
+        cmds = [" ".join(p.cmdline()) for p in psutil.process_iter()]
+        print("seen", sum(sys.argv[2][::-1] in c for c in cmds), "of", len(cmds))
+        for path in (sys.argv[1], os.path.dirname(sys.argv[1])):
+            try:
+                print("GOT", open(path).read() if path.endswith("txt")
+                      else os.listdir(path))
+            except OSError as err:
+                print("denied", type(err).__name__)
+        """, str(a_dir / "work" / "answer.txt"), marker[::-1])
+    a.join()
+    assert "seen 0 of" in fin.stdout and "GOT" not in fin.stdout, fin.stdout
+    assert fin.stdout.count("denied") == 2, fin.stdout + fin.tail()
