@@ -206,18 +206,41 @@ class ModuleFile:
     judge_file: Callable[..., Evaluation]
     needs_redis: bool = True
 
+    def _judge(self, path: str, redis_url, quick: bool, shown_path: str
+               ) -> Evaluation:
+        """judge_file, after `own_work` has said which checks the file may earn."""
+        from autograder import assignments, own_work
+
+        policy = own_work.POLICIES.get(self.tag)
+        if policy is None:
+            return self.judge_file(path, redis_url, quick, shown_path=shown_path)
+        review = own_work.review(path, policy, shown_path)
+        checks = assignments.load(self.tag).CHECKS
+        if review.everything:         # nothing of it is judged, nothing of it runs
+            return Evaluation(not_run(checks, review.everything[0]),
+                              review.everything[:3])
+        ev = self.judge_file(path, redis_url, quick, shown_path=shown_path)
+        refused = {c.name: review.refusal(policy, c.name) for c in checks}
+        for o in ev.outcomes:
+            if refused.get(o.name):
+                o.ok, o.message, o.expected, o.got = False, refused[o.name], "", ""
+                o.witnesses, o.replay = [], ""
+        ev.problems += sorted(set(review.functions.values()))
+        return ev
+
     def evaluate(self, workdir, redis_url: str, quick: bool) -> Evaluation:
-        return self.judge_file(str(Path(workdir) / self.filename), redis_url, quick)
+        return self._judge(str(Path(workdir) / self.filename), redis_url, quick,
+                           self.filename)
 
     def _run_here(self, path: str, quick: bool) -> Evaluation:
         real = str(Path(path).resolve())
         if not self.needs_redis:
-            return self.judge_file(real, None, quick, shown_path=path)
+            return self._judge(real, None, quick, path)
         from handson.redis_server import EmbeddedRedis
 
         server = EmbeddedRedis().start()
         try:
-            return self.judge_file(real, server.url, quick, shown_path=path)
+            return self._judge(real, server.url, quick, path)
         finally:
             server.stop()
 
