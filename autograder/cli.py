@@ -1,7 +1,9 @@
 """`python -m autograder`: grade a submission, or check your own work quickly.
 
-    python -m autograder grade PATH [--json]    # the full grade (what counts)
-    python -m autograder check PATH_OR_NAME     # the quick version while working
+    python -m autograder grade PATH [--json] [--assignment NAME]
+                                                # the full grade (what counts)
+    python -m autograder check PATH_OR_NAME [--only CHECK ...]
+                                                # the quick version while working
     python -m autograder list                   # the assignments and their checks
     python -m autograder grade-class submitted/ # a whole class, in parallel
 
@@ -63,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="the quick version: fewer seeds, smaller runs")
     c.add_argument("target", help="a notebook, its folder, or an assignment name")
     c.add_argument("--json", action="store_true")
+    for sp in (g, c):
+        sp.add_argument("--assignment", metavar="NAME",
+                        help="the assignment this must be: refuse any other")
+        sp.add_argument("--only", nargs="+", metavar="CHECK",
+                        help="report only these checks (see `list` for names)")
     sub.add_parser("list", help="the assignments and their checks")
     k = sub.add_parser("grade-class", help="grade every submission of a class in "
                        "parallel (nbgrader's submitted/<student>/<assignment>/)")
@@ -92,9 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     target = args.path if args.cmd == "grade" else args.target
     progress = None if args.json else (lambda m: print(f"... {m}", file=sys.stderr))
     try:
-        result = grade(_find(target), quick=quick, progress=progress)
+        result = grade(_find(target), quick=quick, progress=progress,
+                       assignment=args.assignment, only=args.only)
     except (notebook.SubmissionError, KeyError) as err:
-        print(f"cannot grade: {err}", file=sys.stderr)
+        print(f"cannot grade: {str(err).strip(chr(39))}", file=sys.stderr)
         return 2
     print(result.to_json() if args.json else result.text())
     return 0 if result.score == result.max_score else 1

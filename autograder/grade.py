@@ -13,6 +13,7 @@ edited or deleted scores zero for its check.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -51,7 +52,8 @@ def _execution_problems(summary: dict, finished: sandbox.Finished,
     return problems
 
 
-def run_learner_cells(nb, module, workdir: Path, quick: bool) -> tuple[list[str], str]:
+def run_learner_cells(nb, module, workdir: Path, quick: bool,
+                      executed_copy: Path | None = None) -> tuple[list[str], str]:
     """Execute the learner's cells (plus the observe cell) in the sandbox.
 
     Returns the problems seen and which protections were in force.
@@ -76,18 +78,36 @@ def run_learner_cells(nb, module, workdir: Path, quick: bool) -> tuple[list[str]
         summary = json.loads(summary_path.read_text())
     except (OSError, ValueError):
         summary = {}
+    executed = workdir / "executed.ipynb"
+    if executed_copy is not None and executed.exists():
+        shutil.copyfile(executed, executed_copy)
     return _execution_problems(summary, finished, timeout), finished.isolation
 
 
-def grade(path: str | Path, quick: bool = False, progress=None) -> GradeResult:
-    """Grade a notebook (or an assignment folder holding one)."""
+def grade(path: str | Path, quick: bool = False, progress=None,
+          assignment: str | None = None,
+          executed_copy: Path | None = None,
+          only: list[str] | None = None) -> GradeResult:
+    """Grade a notebook (or an assignment folder holding one).
+
+    `assignment` is the one expected (nbgrader knows it; so does an instructor
+    with `--assignment`): a notebook of another assignment is refused.
+    `executed_copy` receives the learner's cells as they ran in the sandbox.
+    `only` keeps just those checks in the result (unknown names are refused).
+    """
     start = time.monotonic()
     say = progress or (lambda msg: None)
     nb_path = notebook.resolve(path)
     nb = notebook.read(nb_path)
-    name = notebook.assignment_of(nb, nb_path)
+    name, why = notebook.identify(nb, nb_path, assignment)
     module = assignments.load(name)
-    problems: list[str] = []
+    known = [c.name for c in module.CHECKS]
+    unknown = [n for n in only or () if n not in known]
+    if unknown:
+        raise notebook.SubmissionError(
+            f"{name} has no check {', '.join(unknown)}; its checks: "
+            f"{', '.join(known)}")
+    problems: list[str] = [why] if why else []
     tampered: dict[str, str] = {}
     source = notebook.source_notebook(name)
     if source is None:
@@ -99,7 +119,8 @@ def grade(path: str | Path, quick: bool = False, progress=None) -> GradeResult:
     with tempfile.TemporaryDirectory(prefix=f"eo-grade-{name}-") as tmp:
         workdir = Path(tmp)
         say(f"running the learner's cells of {nb_path.name}")
-        found, isolation = run_learner_cells(nb, module, workdir, quick)
+        found, isolation = run_learner_cells(nb, module, workdir, quick,
+                                             executed_copy)
         problems += found
         server = EmbeddedRedis().start()
         try:
@@ -112,7 +133,8 @@ def grade(path: str | Path, quick: bool = False, progress=None) -> GradeResult:
     for o in ev.outcomes:
         if o.name in tampered:
             o = outcome(checks[o.name], False, tampered[o.name])
-        outcomes.append(o)
+        if not only or o.name in only:
+            outcomes.append(o)
     return GradeResult(assignment=name, submission=str(nb_path), outcomes=outcomes,
                        problems=problems + ev.problems, invariants=ev.invariants,
                        replay=ev.replay, elapsed_s=time.monotonic() - start,
