@@ -215,38 +215,27 @@ def _venv_on_path() -> None:
 
 def write_autograded(course: Path, sub: Submission, result: dict) -> Path:
     """The submission with each grade cell showing its verdict, for feedback."""
-    from autograder.checks import Outcome
-
-    nb = notebook.read(sub.path)
-    by_name = {c["name"]: c for c in result["checks"]}
-    for cell in nb.cells:
-        if notebook.role(cell) != "test":
-            continue
-        c = by_name.get(cell.metadata.nbgrader.grade_id)
-        if c is None:
-            continue
-        o = Outcome(**{k: c[k] for k in OUTCOME_FIELDS if k in c})
-        if o.ok:
-            cell.outputs = [_stream(f"[PASS] {o.name}  {o.points}/{o.max_points}  "
-                                    f"{o.title}\n")]
-        else:
-            cell.outputs = [{"output_type": "error", "ename": "AssertionError",
-                             "evalue": "\n" + o.explain(), "traceback": [
-                                 "AssertionError: " + o.explain()]}]
-    out = course / "autograded" / sub.student / sub.assignment / sub.path.name
-    out.parent.mkdir(parents=True, exist_ok=True)
     import nbformat
 
-    nbformat.write(nbformat.from_dict(nb), str(out))
+    from autograder.checks import GradeResult, Outcome
+    from autograder.nbgrader_grade import write_outcomes
+
+    graded = GradeResult(
+        assignment=result["assignment"], submission=str(sub.path),
+        outcomes=[Outcome(**{k: c[k] for k in OUTCOME_FIELDS if k in c})
+                  for c in result["checks"]],
+        problems=result.get("problems", []), replay=result.get("replay", ""),
+        elapsed_s=result.get("elapsed_s", 0.0), quick=result.get("quick", False))
+    nb = notebook.read(sub.path)
+    write_outcomes(nb, graded)
+    out = course / "autograded" / sub.student / sub.assignment / sub.path.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(out))
     return out
 
 
 OUTCOME_FIELDS = ("name", "title", "max_points", "ok", "message", "expected", "got",
                   "witnesses", "replay")
-
-
-def _stream(text: str) -> dict:
-    return {"output_type": "stream", "name": "stdout", "text": text}
 
 
 # --- the run ---------------------------------------------------------------------
