@@ -259,8 +259,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="replicas per primary (default 1)")
     ap.add_argument("--node-timeout-ms", type=int, default=DEFAULT_NODE_TIMEOUT_MS)
     args = ap.parse_args(argv)
-    if args.primaries < 1:
-        ap.error("--primaries must be at least 1")
+    if args.primaries < 1 or args.node_timeout_ms < 100:
+        ap.error("--primaries must be at least 1 and --node-timeout-ms at least 100")
     t0 = time.monotonic()
     try:
         cluster = EmbeddedCluster(args.primaries, args.replicas,

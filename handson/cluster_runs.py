@@ -44,7 +44,12 @@ import redis
 from redis.crc import key_slot
 
 from handson import q
-from handson.cluster import EmbeddedCluster, cluster_client, embedded
+from handson.cluster import (
+    DEFAULT_NODE_TIMEOUT_MS,
+    EmbeddedCluster,
+    cluster_client,
+    embedded,
+)
 from handson.redis_server import (
     RedisUnavailable,
     cli_redis,
@@ -152,20 +157,23 @@ class Throughput:
     client_cpu_s: float
     machine_cpu_s: float        # every process on the machine, ours or not
     cores: int
+    wall_s: float               # how long the server and machine CPU were read
+
+    def cores_busy(self, side: str) -> float:
+        """Cores that 'server', 'clients' or the whole 'machine' kept busy."""
+        if side == "clients":
+            return self.client_cpu_s / self.seconds
+        cpu = self.server_cpu_s if side == "server" else self.machine_cpu_s
+        return cpu / self.wall_s
 
     @property
     def jobs_per_s(self) -> float:
         return self.jobs / self.seconds
 
     @property
-    def ours(self) -> float:
-        """Fraction of the machine's CPU the run used (1.0 = every core busy)."""
-        return (self.server_cpu_s + self.client_cpu_s) / (self.seconds * self.cores)
-
-    @property
     def busy(self) -> float:
         """Fraction of the machine's CPU in use by anything during the run."""
-        return min(1.0, self.machine_cpu_s / (self.seconds * self.cores))
+        return min(1.0, self.cores_busy("machine") / self.cores)
 
 
 def throughput(url: str, shards: int, *, clients: int = 4, per_shard: int = 4,
@@ -183,8 +191,10 @@ def throughput(url: str, shards: int, *, clients: int = 4, per_shard: int = 4,
                         work / f"{i}.json") for i in range(clients)]
         gate.wait(60)
         cpu0, all0 = sum(_cpu_s(p) for p in server_pids), _machine_cpu_s()
+        t0 = time.monotonic()
         time.sleep(seconds)
         cpu1, all1 = sum(_cpu_s(p) for p in server_pids), _machine_cpu_s()
+        wall = time.monotonic() - t0        # a busy machine oversleeps
         for p in procs:
             p.join(30)
         if any(p.exitcode != 0 for p in procs):
@@ -198,7 +208,7 @@ def throughput(url: str, shards: int, *, clients: int = 4, per_shard: int = 4,
     return Throughput(shards, len(names), clients, seconds,
                       sum(r["jobs"] for r in results), cpu1 - cpu0,
                       sum(r["cpu_s"] for r in results), all1 - all0,
-                      os.cpu_count() or 1)
+                      os.cpu_count() or 1, wall)
 
 
 def throughput_table(url: str, server_pids: list[int] = (), *, clients: int = 4,
@@ -208,6 +218,33 @@ def throughput_table(url: str, server_pids: list[int] = (), *, clients: int = 4,
     return [throughput(url, s, clients=clients, per_shard=max(1, 12 // s),
                        seconds=seconds, server_pids=server_pids)
             for s in range(1, n + 1)]
+
+
+def throughput_figure(rows: list[Throughput]):
+    """Jobs/s per primary count, beside the CPU each side used."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3.0))
+    left, right = fig.subplots(1, 2)
+    xs = [r.shards for r in rows]
+    left.bar(xs, [r.jobs_per_s for r in rows], color="#2c3e50", width=0.6)
+    left.set_xticks(xs)
+    left.set_xlabel("primaries the queues are spread over")
+    left.set_ylabel("jobs / s (enqueue, claim, ack)")
+    width = 0.27
+    for k, (label, color, side) in enumerate([
+            ("redis-server (all nodes)", "#c0392b", "server"),
+            ("clients", "#2980b9", "clients"),
+            ("whole machine", "#95a5a6", "machine")]):
+        right.bar([x + (k - 1) * width for x in xs],
+                  [r.cores_busy(side) for r in rows], width, color=color, label=label)
+    right.axhline(rows[0].cores, ls="--", color="#7f8c8d", lw=0.8)
+    right.set_xticks(xs)
+    right.set_xlabel("primaries")
+    right.set_ylabel("cores busy")
+    right.legend(frameon=False, fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 # -- failover -----------------------------------------------------------------
@@ -513,7 +550,7 @@ def failover_figure(f: Failover):
 
     t0 = f.timeline["kill"]
     victim = set(f.victim_queues)
-    fig = Figure(figsize=(7, 3.4))
+    fig = Figure(figsize=(7, 4.0))
     ax = fig.subplots()
     bin_s = 0.05
     series: dict[str, Counter] = defaultdict(Counter)
@@ -547,7 +584,9 @@ def failover_figure(f: Failover):
     ax.set_xlabel("seconds from the SIGKILL")
     ax.set_ylabel("enqueues / s")
     ax.set_ylim(bottom=0)
-    ax.legend(frameon=False, fontsize=7, loc="upper right")
+    ax.set_xlim(right=max(ax.get_xlim()[1], f.timeline["rejoined"] - t0 + 0.6))
+    ax.legend(frameon=False, fontsize=7, loc="upper center", ncol=2,
+              bbox_to_anchor=(0.5, -0.2))
     fig.tight_layout()
     return fig
 
@@ -563,6 +602,13 @@ def main(argv: list[str] | None = None) -> int:
     fo.add_argument("--cut-s", type=float, default=0.0,
                     help="cut the replica off this long before the kill")
     args = ap.parse_args(argv)
+    if args.what == "throughput" and (args.seconds <= 0 or args.clients < 1):
+        ap.error("--seconds must be positive and --clients at least 1")
+    if args.what == "failover" and not (
+            args.wait_ms >= 0 and 0 <= args.cut_s < DEFAULT_NODE_TIMEOUT_MS / 1000):
+        ap.error(f"--wait-ms must be >= 0 and --cut-s in [0, "
+                 f"{DEFAULT_NODE_TIMEOUT_MS / 1000:g}) (shorter than the node "
+                 "timeout, or the frozen replica is declared failed too)")
     with cli_redis():            # Redis trouble: one line and exit code 3
         if args.what == "throughput":
             with contextlib.ExitStack() as stack:
@@ -573,9 +619,9 @@ def main(argv: list[str] | None = None) -> int:
                 for row in throughput_table(url, pids, clients=args.clients,
                                             seconds=args.seconds):
                     print(f"{row.shards} primaries: {row.jobs_per_s:8,.0f} jobs/s  "
-                          f"redis {row.server_cpu_s / row.seconds:.2f} cores, "
-                          f"clients {row.client_cpu_s / row.seconds:.2f} cores, "
-                          f"machine {row.busy:.0%} busy")
+                          f"redis {row.cores_busy('server'):.2f} cores, clients "
+                          f"{row.cores_busy('clients'):.2f} cores, machine "
+                          f"{row.busy:.0%} busy")
         else:
             (f,) = failover_table([{"wait_ms": args.wait_ms, "cut_s": args.cut_s}])
             print(json.dumps(f.summary(), indent=2))
