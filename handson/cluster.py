@@ -41,6 +41,7 @@ class ClusterNode(EmbeddedRedis):
         self.node_timeout_ms = node_timeout_ms
         self.url = f"redis://127.0.0.1:{port}"
         self.node_id = ""
+        self._clients: dict[tuple, redis.Redis] = {}
 
     def _args(self) -> list[str]:
         return [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
@@ -57,9 +58,18 @@ class ClusterNode(EmbeddedRedis):
                 "--cluster-require-full-coverage", "no"]
 
     def client(self, **kwargs) -> redis.Redis:
-        """A plain client for this node alone (cluster admin commands)."""
+        """A plain client for this node alone (cluster admin commands), reused."""
         kwargs.setdefault("socket_timeout", 5)
-        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
+        key = tuple(sorted(kwargs.items()))
+        if key not in self._clients:
+            self._clients[key] = redis.Redis(host="127.0.0.1", port=self.port,
+                                             **kwargs)
+        return self._clients[key]
+
+    def stop(self) -> None:
+        for c in self._clients.values():
+            c.close()
+        super().stop()
 
     @property
     def alive(self) -> bool:
