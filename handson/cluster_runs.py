@@ -575,7 +575,7 @@ def failover_figure(f: Failover):
         if key in f.timeline:
             x = f.timeline[key] - t0
             ax.axvline(x, color="#7f8c8d", lw=0.8)
-            ax.text(x, 1.0, f" {text}", rotation=90, va="top", ha="left",
+            ax.text(x, 0.97, f" {text}", rotation=90, va="top", ha="left",
                     fontsize=7, transform=ax.get_xaxis_transform())
     lost = [e["t"] - t0 for e in f.events if e.get("lost")]
     if lost:
@@ -583,7 +583,7 @@ def failover_figure(f: Failover):
                 label=f"acknowledged, then lost ({len(lost)})")
     ax.set_xlabel("seconds from the SIGKILL")
     ax.set_ylabel("enqueues / s")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.45)     # room for the labels above
     ax.set_xlim(right=max(ax.get_xlim()[1], f.timeline["rejoined"] - t0 + 0.6))
     ax.legend(frameon=False, fontsize=7, loc="upper center", ncol=2,
               bbox_to_anchor=(0.5, -0.2))
