@@ -96,7 +96,7 @@ def keys(queue: str = "q") -> Keys:
 
 
 TAG = "{q}"
-KEYS = keys()                   # the default queue's, as the seed named them
+KEYS = keys()                   # the default queue "q": {q}:pending, ...
 PENDING, INFLIGHT, JOBS, WAITING, DLQ, DONE = KEYS
 # Fields of JOBS, each a prefix before the job id (the prefix says what it is,
 # so no id can collide with another's field):
