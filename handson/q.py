@@ -43,7 +43,8 @@ Operators' commands (on REDIS_URL, or a private server for a quick look):
     python -m handson.q dead         # the DLQ with reasons and times of death
     python -m handson.q redrive      # DLQ back to pending
 
-Keys. All keys share the hash tag `{q}` and every key a script touches is
+Keys. All keys of a queue share its hash tag (`{q}`, or `{name}` for the
+`queue=name` that every function takes), and every key a script touches is
 passed in KEYS (job data lives in one per-queue hash with a field per job
 and fact, not in per-job keys: claim cannot know its job's key in advance),
 so the scripts run unchanged on Redis Cluster. Only Redis 6.2 commands are
@@ -57,25 +58,46 @@ the batched scripts do the same work for a whole batch in a few commands. See
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
 import sys
 import time
 import uuid
+from typing import NamedTuple
 
 import redis
 
 from handson.redis_server import cli_redis, connect, redis_url
 
+
+class Keys(NamedTuple):
+    """One queue's keys, all under the hash tag {name}: one slot, one shard."""
+
+    pending: str    # list: LPUSH to enter, RPOP to claim (FIFO)
+    inflight: str   # zset: job_id -> lease deadline (ms); 0 = failed
+    jobs: str       # hash: one field per job and fact, named below
+    waiting: str    # zset: requeued pending job_id -> enqueue time
+    dlq: str        # zset: job_id -> time of death (ms)
+    done: str       # zset: job_id -> time of ack (ms), for retention
+
+
+@functools.lru_cache(maxsize=4096)
+def keys(queue: str = "q") -> Keys:
+    """The keys of the queue named `queue` (every function takes `queue=`).
+
+    Many queues on a Redis Cluster are many names: each is one hash tag, so
+    each lives whole on one shard and its scripts stay single-slot.
+    """
+    if not queue or "{" in queue or "}" in queue:
+        raise ValueError(f"queue name {queue!r} must be non-empty, without braces")
+    return Keys(*(f"{{{queue}}}:{field}" for field in Keys._fields))
+
+
 TAG = "{q}"
-PENDING = f"{TAG}:pending"      # list: LPUSH to enter, RPOP to claim (FIFO)
-INFLIGHT = f"{TAG}:inflight"    # zset: job_id -> lease deadline (ms); 0 = failed
-JOBS = f"{TAG}:jobs"            # hash: one field per job and fact, named below
-WAITING = f"{TAG}:waiting"      # zset: requeued pending job_id -> enqueue time
-DLQ = f"{TAG}:dlq"              # zset: job_id -> time of death (ms)
-DONE = f"{TAG}:done"            # zset: job_id -> time of ack (ms), for retention
-KEYS = (PENDING, INFLIGHT, JOBS, WAITING, DLQ, DONE)
+KEYS = keys()                   # the default queue "q": {q}:pending, ...
+PENDING, INFLIGHT, JOBS, WAITING, DLQ, DONE = KEYS
 # Fields of JOBS, each a prefix before the job id (the prefix says what it is,
 # so no id can collide with another's field):
 #   p:<id> payload JSON (until ack)         a:<id> attempts so far (only grows)
@@ -382,12 +404,13 @@ def _done_ttl_ms() -> int:
 
 
 def enqueue(r: redis.Redis, payload: dict, job_id: str | None = None, *,
-            max_pending: int | None = None) -> str:
+            max_pending: int | None = None, queue: str = "q") -> str:
     """Add a job once; the same job_id again is the same job. Raises QueueFull."""
+    k = keys(queue)
     job_id = job_id or uuid.uuid4().hex
     bound = max_pending if max_pending is not None else int(
         os.environ.get("QUEUE_MAX", DEFAULT_MAX_PENDING))
-    res = _enqueue(r, (PENDING, JOBS, DONE),
+    res = _enqueue(r, (k.pending, k.jobs, k.done),
                    (job_id, json.dumps(payload), bound, _done_ttl_ms()))
     if res == -1:
         raise QueueFull(f"queue is full ({bound} jobs pending); retry later "
@@ -395,96 +418,114 @@ def enqueue(r: redis.Redis, payload: dict, job_id: str | None = None, *,
     return job_id
 
 
-def claim_batch(r: redis.Redis, lease_s: float, n: int
+def claim_batch(r: redis.Redis, lease_s: float, n: int, *, queue: str = "q"
                 ) -> list[tuple[str, dict, int]]:
     """Up to n jobs in one script call, each with its own attempt number."""
+    k = keys(queue)
     if n < 1:
         return []
-    rows = _claim_batch(r, (PENDING, INFLIGHT, JOBS, WAITING), (_ms(lease_s), int(n)))
+    rows = _claim_batch(r, (k.pending, k.inflight, k.jobs, k.waiting),
+                        (_ms(lease_s), int(n)))
     return [(_text(i), json.loads(p) if p else {}, int(a))
             for i, p, a in zip(rows[::3], rows[1::3], rows[2::3], strict=True)]
 
 
-def claim(r: redis.Redis, lease_s: float) -> tuple[str, dict, int] | None:
+def claim(r: redis.Redis, lease_s: float, *, queue: str = "q"
+          ) -> tuple[str, dict, int] | None:
     """The next job with a lease of lease_s seconds: (job_id, payload, attempt)."""
-    row = _claim(r, (PENDING, INFLIGHT, JOBS, WAITING), (_ms(lease_s),))
+    k = keys(queue)
+    row = _claim(r, (k.pending, k.inflight, k.jobs, k.waiting), (_ms(lease_s),))
     if not row:
         return None
     i, p, a = row
     return _text(i), json.loads(p) if p else {}, int(a)
 
 
-def ack_batch(r: redis.Redis, items: list[tuple[str, int]]) -> list[bool]:
+def ack_batch(r: redis.Redis, items: list[tuple[str, int]], *, queue: str = "q"
+              ) -> list[bool]:
     """Ack many (job_id, attempt) pairs in one script call; each fenced alone."""
+    k = keys(queue)
     if not items:
         return []
     args = []
     for job_id, attempt in items:
         args += (job_id, int(attempt))
-    res = _ack_batch(r, (INFLIGHT, JOBS, DONE), args)
+    res = _ack_batch(r, (k.inflight, k.jobs, k.done), args)
     return [c == "1" for c in _text(res)]
 
 
-def ack(r: redis.Redis, job_id: str, attempt: int) -> bool:
+def ack(r: redis.Redis, job_id: str, attempt: int, *, queue: str = "q") -> bool:
     """Finish the job. False: this attempt no longer holds the lease (a zombie)."""
-    return bool(_ack(r, (INFLIGHT, JOBS, DONE), (job_id, int(attempt))))
+    k = keys(queue)
+    return bool(_ack(r, (k.inflight, k.jobs, k.done), (job_id, int(attempt))))
 
 
-def extend(r: redis.Redis, job_id: str, attempt: int, lease_s: float) -> bool:
+def extend(r: redis.Redis, job_id: str, attempt: int, lease_s: float, *,
+           queue: str = "q") -> bool:
     """Heartbeat: push the deadline back. False: the lease is gone, stop working."""
-    return bool(_extend(r, (INFLIGHT, JOBS), (job_id, int(attempt), _ms(lease_s))))
+    k = keys(queue)
+    return bool(_extend(r, (k.inflight, k.jobs), (job_id, int(attempt), _ms(lease_s))))
 
 
-def fail(r: redis.Redis, job_id: str, attempt: int, error: str) -> bool:
+def fail(r: redis.Redis, job_id: str, attempt: int, error: str, *,
+         queue: str = "q") -> bool:
     """Record the error and expire the lease now; the next reap retries or buries."""
-    return bool(_fail(r, (INFLIGHT, JOBS), (job_id, int(attempt), error)))
+    k = keys(queue)
+    return bool(_fail(r, (k.inflight, k.jobs), (job_id, int(attempt), error)))
 
 
-def reap(r: redis.Redis, max_attempts: int = 3) -> tuple[int, int]:
+def reap(r: redis.Redis, max_attempts: int = 3, *, queue: str = "q"
+         ) -> tuple[int, int]:
     """Expired leases back to pending, or to the DLQ: (requeued, dead)."""
+    k = keys(queue)
     requeued, dead_n = _reap(
-        r, (INFLIGHT, PENDING, JOBS, WAITING, DLQ, DONE),
+        r, (k.inflight, k.pending, k.jobs, k.waiting, k.dlq, k.done),
         (int(max_attempts), REAP_LIMIT, LEASE_EXPIRED, _done_ttl_ms()))
     return int(requeued), int(dead_n)
 
 
-def dead_details(r: redis.Redis) -> list[dict]:
+def dead_details(r: redis.Redis, *, queue: str = "q") -> list[dict]:
     """The DLQ, oldest death first, with the time of death (server clock, s)."""
-    rows = _dead(r, (DLQ, JOBS))
+    k = keys(queue)
+    rows = _dead(r, (k.dlq, k.jobs))
     return [{"job_id": _text(i), "attempts": int(a), "last_error": _text(e),
              "died_at": float(_text(t)) / 1000} for i, a, e, t in rows]
 
 
-def dead(r: redis.Redis) -> list[tuple[str, int, str]]:
+def dead(r: redis.Redis, *, queue: str = "q") -> list[tuple[str, int, str]]:
     """The DLQ: (job_id, attempts, last_error), oldest death first."""
-    return [(d["job_id"], d["attempts"], d["last_error"]) for d in dead_details(r)]
+    return [(d["job_id"], d["attempts"], d["last_error"])
+            for d in dead_details(r, queue=queue)]
 
 
-def redrive(r: redis.Redis) -> int:
+def redrive(r: redis.Redis, *, queue: str = "q") -> int:
     """Move every dead job back to pending with a fresh attempt budget.
 
     Attempt numbers keep growing (they are fencing tokens); only the budget
     counted against max_attempts starts again.
     """
-    return int(_redrive(r, (DLQ, PENDING, JOBS)))
+    k = keys(queue)
+    return int(_redrive(r, (k.dlq, k.pending, k.jobs)))
 
 
-def stats(r: redis.Redis) -> dict:
+def stats(r: redis.Redis, *, queue: str = "q") -> dict:
     """Depths and lag in one call: the numbers to alarm on."""
+    k = keys(queue)
     pending, inflight, dead_n, age_ms, done = _stats(
-        r, (PENDING, INFLIGHT, DLQ, WAITING, DONE, JOBS))
+        r, (k.pending, k.inflight, k.dlq, k.waiting, k.done, k.jobs))
     return {"pending": int(pending), "inflight": int(inflight), "dead": int(dead_n),
             "oldest_pending_age_s": max(0, int(age_ms)) / 1000,
             "done": int(done)}
 
 
-def status(r: redis.Redis, job_id: str) -> str | None:
+def status(r: redis.Redis, job_id: str, *, queue: str = "q") -> str | None:
     """'pending', 'inflight', 'dead', 'done' or None (never seen, or forgotten)."""
+    k = keys(queue)
     p = r.pipeline(transaction=False)
-    p.zscore(INFLIGHT, job_id)
-    p.zscore(DLQ, job_id)
-    p.hexists(JOBS, f"p:{job_id}")
-    p.zscore(DONE, job_id)
+    p.zscore(k.inflight, job_id)
+    p.zscore(k.dlq, job_id)
+    p.hexists(k.jobs, f"p:{job_id}")
+    p.zscore(k.done, job_id)
     inflight, dead_at, known, done_at = p.execute()
     if inflight is not None:
         return "inflight"
@@ -495,9 +536,10 @@ def status(r: redis.Redis, job_id: str) -> str | None:
     return "done" if done_at is not None else None
 
 
-def reset(r: redis.Redis) -> None:
+def reset(r: redis.Redis, *, queue: str = "q") -> None:
     """Delete this queue's keys and nothing else."""
-    r.delete(*KEYS)
+    k = keys(queue)
+    r.delete(*k)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -174,7 +174,11 @@ class EmbeddedRedis:
 
 
 def connect(url: str, **kwargs) -> redis.Redis:
-    """A client that has answered PING, or a RedisUnavailable that says what to do."""
+    """A client that has answered PING, or a RedisUnavailable that says what to do.
+
+    A URL of a Redis Cluster node gives redis-py's cluster client (same commands,
+    each sent to the node that serves its key's slot), so REDIS_URL may name one.
+    """
     kwargs.setdefault("socket_timeout", 30)
     kwargs.setdefault("socket_connect_timeout", 5)
     try:
@@ -190,6 +194,29 @@ def connect(url: str, **kwargs) -> redis.Redis:
         raise RedisUnavailable(
             f"Cannot reach Redis at {url} ({err}). Start it, fix REDIS_URL, or unset "
             "REDIS_URL to let the course start its own private server.") from None
+    if _cluster_enabled(client):
+        client.close()
+        return _cluster(url, **kwargs)
+    return client
+
+
+def _cluster_enabled(client: redis.Redis) -> bool:
+    """A node of a Redis Cluster answers MOVED for keys it does not serve."""
+    try:
+        return bool(client.info("cluster").get("cluster_enabled"))
+    except redis.ResponseError:       # INFO renamed or restricted: a plain server
+        return False
+
+
+def _cluster(url: str, **kwargs) -> redis.RedisCluster:
+    """The same URL through redis-py's cluster client, which follows the slots."""
+    try:
+        client = redis.RedisCluster.from_url(url, **kwargs)
+        client.ping()
+    except (redis.RedisError, OSError) as err:
+        raise RedisUnavailable(
+            f"{url} is a node of a Redis Cluster, but the cluster is not usable "
+            f"({err}). Check `CLUSTER INFO` on it, or unset the URL.") from None
     return client
 
 

@@ -27,7 +27,7 @@ import time
 
 import redis
 
-from handson import setup_db, sink, work
+from handson import redis_server, setup_db, sink, work
 from handson.contract import ContractError, load_queue
 
 CRASH_POINTS = {
@@ -250,8 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         q = load_queue(args.queue)
     except ContractError as err:
         sys.exit(str(err))
-    r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=30,
-                             socket_connect_timeout=5)
+    try:       # a plain server, or a cluster client if the URL names a node
+        r = redis_server.connect(url, decode_responses=True)
+    except redis_server.RedisUnavailable as err:
+        sys.exit(f"worker {PID}: {err}")
     worker = Worker(args, r, q)
 
     def on_term(signum, frame):
