@@ -258,3 +258,60 @@ def ack(r, job_id, attempt):
     assert report.verdict == "unknown", report.text()
     assert report.stats["worker_errors"] >= 1
     assert "ack is broken" in report.reason
+
+
+# --- the fault quota: faults, not documents, set a run's length -----------------
+
+def test_quota_keeps_the_chaos_going_and_reports_faults_by_kind(redis_url):
+    """10 documents cannot hold 6 kills and 2 pauses: the run enqueues more."""
+    cfg = ChaosConfig(docs=10, workers=2, kill_every=0, kill_every_claims=4,
+                      pause_every_claims=9, pause_s=0.6, min_kills=6, min_pauses=2,
+                      crash_points=("after-commit",), crash_p=0.1, min_crash_kills=1,
+                      lease_s=0.3, iters=500, seed=5)
+    report = _run(cfg, redis_url)
+    assert report.verdict == "valid", report.text()
+    f = report.stats["faults"]
+    assert f["kills"] >= 6 and f["pauses"] >= 2, f
+    assert f["crash_kills"]["after-commit"] >= 1, f
+    assert report.stats["quota_short"] == {}
+    assert report.stats["enqueued"] > cfg.docs                  # more were produced
+    assert report.stats["claims"] >= 4 * 6
+    text = report.text()
+    assert f"faults injected: kills {f['kills']} (quota 6), pauses {f['pauses']} " \
+           "(quota 2)" in text
+    assert f"at after-commit {f['crash_kills']['after-commit']} (quota 1)" in text
+    data = json.loads(report.to_json())
+    assert data["stats"]["faults"] == f and data["stats"]["quota"] == cfg.quota
+
+
+def test_run_short_of_its_quota_is_unknown_never_a_pass(redis_url):
+    """A correct queue, but the cap ends the chaos before 500 kills: unknown."""
+    cfg = ChaosConfig(docs=20, workers=2, kill_every=0, kill_every_claims=3,
+                      min_kills=500, quota_cap_s=1.5, lease_s=0.3, iters=500)
+    report = _run(cfg, redis_url)
+    assert report.verdict == "unknown" and report.exit_code == 2, report.text()
+    assert "too few faults to judge" in report.reason
+    assert "of 500 kills" in report.reason
+    short = report.stats["quota_short"]["kills"]
+    assert short["wanted"] == 500 and short["injected"] < 500
+    assert all(inv.ok is not False for inv in report.invariants.values())
+
+
+def test_quota_needs_a_way_to_inject_it():
+    with pytest.raises(ValueError, match="min_kills needs"):
+        ChaosConfig(kill_every=0, min_kills=3)
+    with pytest.raises(ValueError, match="min_crash_kills needs"):
+        ChaosConfig(min_crash_kills=3)
+
+
+def test_cli_default_run_has_a_kill_quota_unless_chaos_is_off():
+    from handson.chaos import LAB_KILLS
+
+    assert chaos.parse(["4"])[0].min_kills == LAB_KILLS
+    assert chaos.parse(["4", "--min-kills", "0"])[0].min_kills == 0
+    os.environ["CHAOS"] = "0"
+    try:
+        cfg = chaos.parse(["4"])[0]
+    finally:
+        del os.environ["CHAOS"]
+    assert cfg.min_kills == 0 and not cfg.kill_every
