@@ -302,6 +302,7 @@ class _Run:
         self.tally = _Tally(self.events_dir)
         self.chaos_s = 0.0              # how long the chaos phase lasted
         self.batch = None               # (thread, ids, errors) of more documents
+        self.schedule: list[tuple[int, str, int]] = []  # (claims seen, fault, slot)
 
     # ---- processes -------------------------------------------------------
     def _spawn(self, args: list[str], chaos: bool) -> subprocess.Popen:
@@ -348,6 +349,7 @@ class _Run:
             return
         p = self.procs[slot]
         self.kills.append((time.monotonic_ns(), p.pid))
+        self.schedule.append((self.tally.claims, "kill", slot))
         self._signal(p, signal.SIGKILL)
         p.wait(timeout=10)
         self.paused.pop(slot, None)
@@ -356,6 +358,7 @@ class _Run:
     def _pause_slot(self, slot: int, seconds: float) -> None:
         p = self.procs[slot]
         self.pauses.append((time.monotonic_ns(), p.pid, seconds))
+        self.schedule.append((self.tally.claims, "pause", slot))
         self._signal(p, signal.SIGSTOP)
         self.paused[slot] = time.monotonic() + seconds
 
@@ -401,16 +404,17 @@ class _Run:
                 return
             time.sleep(TICK_S)
 
-    def _victim(self, rng: random.Random) -> int | None:
-        """A slot to fault: one holding a job if any, so the fault costs a lease.
+    def _victim(self, rng: random.Random, busy: bool) -> int | None:
+        """A running slot to fault (with `busy`, only one holding a job), or None.
 
-        Paused slots are skipped (for a kill too: SIGKILL of a stopped process
-        is a kill, but its lease ran out long ago). None if every slot is paused.
+        Paused slots are skipped (a kill too: its lease ran out long ago). Kills
+        take any running worker, so they land anywhere in its loop, inside
+        claim() too; a pause only counts if it makes its worker outlive a lease.
         """
         slots = [i for i in range(self.cfg.workers) if i not in self.paused]
-        busy = [i for i in slots if self.tally.busy.get(self.procs[i].pid)]
-        pool = busy or slots
-        return pool[rng.randrange(len(pool))] if pool else None
+        if busy:
+            slots = [i for i in slots if self.tally.busy.get(self.procs[i].pid)]
+        return slots[rng.randrange(len(slots))] if slots else None
 
     def faults(self) -> dict[str, int]:
         """Faults injected so far, by kind (the quota's keys)."""
@@ -506,13 +510,13 @@ class _Run:
                                f"ends with:\n{self._log_tail()}")
             if self.phase == "chaos":
                 if due["kill"] is not None and clock("kill", now) >= due["kill"]:
-                    self._kill_slot(self._victim(self.kill_rng))
+                    self._kill_slot(self._victim(self.kill_rng, busy=False))
                     due["kill"] += gap(mean["kill"], self.kill_rng)
                 if due["pause"] is not None and clock("pause", now) >= due["pause"]:
-                    victim = self._victim(self.pause_rng)
-                    if victim is not None:
+                    victim = self._victim(self.pause_rng, busy=True)
+                    if victim is not None:         # else: at the next busy tick
                         self._pause_slot(victim, pause_s)
-                    due["pause"] += gap(mean["pause"], self.pause_rng)
+                        due["pause"] += gap(mean["pause"], self.pause_rng)
             if now >= next_check:
                 next_check = now + CHECK_S
                 self._merge(ids, idset, wait=self.phase == "drain")
@@ -916,6 +920,8 @@ def _fault_stats(run_: _Run, elapsed: float, enqueued: int) -> dict:
                 k: {"injected": g, "wanted": w}
                 for k, (g, w) in run_.short_of_quota().items()},
             "claims": run_.tally.claims, "enqueued": enqueued,
+            "schedule": [{"at_claims": c, "fault": f, "slot": s}
+                         for c, f, s in run_.schedule],
             "chaos_s": round(run_.chaos_s or elapsed, 2)}
 
 

@@ -112,10 +112,12 @@ SHOWS = {
 }
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("name", list(BROKEN))
-def test_broken_queue_is_invalid_with_the_right_invariant(name, redis_url):
+def test_broken_queue_is_invalid_with_the_right_invariant(name, seed, redis_url):
+    """In every run: each broken queue's run has a fault quota that shows it."""
     overrides, invariant = BROKEN[name]
-    cfg = ChaosConfig(queue=str(CORPUS / f"{name}.py"), seed=1, **overrides)
+    cfg = ChaosConfig(queue=str(CORPUS / f"{name}.py"), seed=seed, **overrides)
     report = _run(cfg, redis_url)
     broken = report.invariants[invariant]
     assert report.verdict == "invalid", report.text()
@@ -315,3 +317,23 @@ def test_cli_default_run_has_a_kill_quota_unless_chaos_is_off():
     finally:
         del os.environ["CHAOS"]
     assert cfg.min_kills == 0 and not cfg.kill_every
+
+
+def test_replay_command_as_printed_replays_a_failing_run(redis_url):
+    """The printed command, run by a shell, breaks the same invariant again."""
+    cfg = ChaosConfig(queue=str(CORPUS / "claim_two_trips.py"), docs=40, workers=2,
+                      kill_every=0, kill_every_claims=6, min_kills=6,
+                      crash_points=("mid-call",), crash_p=0.03, min_crash_kills=3,
+                      lease_s=0.5, iters=500, seed=3)
+    first = _run(cfg, redis_url)
+    assert first.invariants["lost"].ok is False, first.text()
+    assert "reproduces the schedule" in first.text()
+    assert "interleaving of the workers may differ" in first.text()
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    res = subprocess.run(first.replay + " --json", shell=True, env=env,
+                         capture_output=True, text=True, timeout=180)
+    again = json.loads(res.stdout)
+    assert again["invariants"]["lost"]["ok"] is False, res.stderr[-2000:]
+    assert res.returncode == 1
+    kinds = [s["fault"] for s in again["stats"]["schedule"]]
+    assert kinds.count("kill") >= 6
