@@ -68,7 +68,8 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
     batches of 100 documents; `quick` only runs fewer seeds. Short of the
     quota within the cap, the verdict is unknown.
     """
-    return ["4", "--docs", "100", "--seed", str(seed), "--kill-every-claims", "10",
+    return ["4", "--docs", "100", "--seed", str(seed), "--kill-every", "0",
+            "--kill-every-claims", "10",
             "--pause-every-claims", "30", "--min-kills", str(KILLS),
             "--min-pauses", str(PAUSES), "--quota-cap-s", "25",
             "--crash-point", "mid-call", "--crash-p", "0.01",

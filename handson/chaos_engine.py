@@ -255,11 +255,11 @@ def replay_command(cfg: ChaosConfig) -> str:
         env.append(f"ACK_DELAY={cfg.ack_delay}")
     cmd = ["python", "-m", "handson.chaos", str(cfg.workers), "--queue", cfg.queue,
            "--docs", str(cfg.docs), "--seed", str(cfg.seed),
-           "--kill-every", str(cfg.kill_every)]
+           "--kill-every", str(cfg.kill_every), "--min-kills", str(cfg.min_kills)]
     default = ChaosConfig()
     for f in fields(ChaosConfig):
         if f.name in ("queue", "docs", "workers", "kill_every", "seed", "idem",
-                      "ack_delay"):
+                      "ack_delay", "min_kills"):
             continue
         value = getattr(cfg, f.name)
         if value == getattr(default, f.name):

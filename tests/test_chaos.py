@@ -330,6 +330,7 @@ def test_replay_command_as_printed_replays_a_failing_run(redis_url):
     assert "reproduces the schedule" in first.text()
     assert "interleaving of the workers may differ" in first.text()
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # venv
     res = subprocess.run(first.replay + " --json", shell=True, env=env,
                          capture_output=True, text=True, timeout=180)
     again = json.loads(res.stdout)
