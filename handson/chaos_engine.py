@@ -302,7 +302,9 @@ class _Run:
         self.tally = _Tally(self.events_dir)
         self.chaos_s = 0.0              # how long the chaos phase lasted
         self.batch = None               # (thread, ids, errors) of more documents
-        self.schedule: list[tuple[int, str, int]] = []  # (claims seen, fault, slot)
+        # (claims seen, fault, slot, when it was due: seconds or claims)
+        self.schedule: list[tuple[int, str, int, float]] = []
+        self.due = 0.0                  # the due point of the fault being injected
 
     # ---- processes -------------------------------------------------------
     def _spawn(self, args: list[str], chaos: bool) -> subprocess.Popen:
@@ -349,7 +351,7 @@ class _Run:
             return
         p = self.procs[slot]
         self.kills.append((time.monotonic_ns(), p.pid))
-        self.schedule.append((self.tally.claims, "kill", slot))
+        self.schedule.append((self.tally.claims, "kill", slot, self.due))
         self._signal(p, signal.SIGKILL)
         p.wait(timeout=10)
         self.paused.pop(slot, None)
@@ -358,7 +360,7 @@ class _Run:
     def _pause_slot(self, slot: int, seconds: float) -> None:
         p = self.procs[slot]
         self.pauses.append((time.monotonic_ns(), p.pid, seconds))
-        self.schedule.append((self.tally.claims, "pause", slot))
+        self.schedule.append((self.tally.claims, "pause", slot, self.due))
         self._signal(p, signal.SIGSTOP)
         self.paused[slot] = time.monotonic() + seconds
 
@@ -510,11 +512,13 @@ class _Run:
                                f"ends with:\n{self._log_tail()}")
             if self.phase == "chaos":
                 if due["kill"] is not None and clock("kill", now) >= due["kill"]:
+                    self.due = round(due["kill"], 3)
                     self._kill_slot(self._victim(self.kill_rng, busy=False))
                     due["kill"] += gap(mean["kill"], self.kill_rng)
                 if due["pause"] is not None and clock("pause", now) >= due["pause"]:
                     victim = self._victim(self.pause_rng, busy=True)
                     if victim is not None:         # else: at the next busy tick
+                        self.due = round(due["pause"], 3)
                         self._pause_slot(victim, pause_s)
                         due["pause"] += gap(mean["pause"], self.pause_rng)
             if now >= next_check:
@@ -920,8 +924,8 @@ def _fault_stats(run_: _Run, elapsed: float, enqueued: int) -> dict:
                 k: {"injected": g, "wanted": w}
                 for k, (g, w) in run_.short_of_quota().items()},
             "claims": run_.tally.claims, "enqueued": enqueued,
-            "schedule": [{"at_claims": c, "fault": f, "slot": s}
-                         for c, f, s in run_.schedule],
+            "schedule": [{"at_claims": c, "fault": f, "slot": s, "due": d}
+                         for c, f, s, d in run_.schedule],
             "chaos_s": round(run_.chaos_s or elapsed, 2)}
 
 
