@@ -2,9 +2,12 @@
 
 One engine for the lab's `chaos.py`, the book, the grader and the tests. It
 enqueues documents through any module that meets the queue contract, runs
-worker processes (each in its own process group) on it, kills them on a seeded
-schedule and at named crash points, restarts them like a supervisor, stops the
-chaos once the queue is mostly done, waits for the drain, and then judges:
+worker processes (each in its own process group) on it, kills and pauses them
+on a seeded schedule (in seconds, or in claims so that a seed replays the same
+schedule) and at named crash points, restarts them like a supervisor, stops the
+chaos once the queue is mostly done or, with a fault quota, once the quota is
+in (enqueueing more documents until it is; short of it, the run is unknown),
+waits for the drain, and then judges:
 
 - lost: enqueued, never applied, not in the DLQ, once the queue went quiet;
 - applied_twice: more than one effect for a job (the `applied` ledger);
