@@ -486,7 +486,9 @@ class _Run:
                      "pause": bool(cfg.pause_every_claims)}
         mean = {"kill": cfg.kill_every_claims or cfg.kill_every,
                 "pause": cfg.pause_every_claims or cfg.pause_every}
-        rngs = {"kill": self.kill_rng, "pause": self.pause_rng}
+        # The due points get their own dice: picking a victim draws from a pool
+        # whose size depends on timing, and must not shift the schedule.
+        rngs = {k: random.Random(f"{k}-due-{cfg.seed}") for k in mean}
 
         def clock(kind: str, now: float) -> float:
             return self.tally.claims if by_claims[kind] else now - t_chaos
@@ -517,13 +519,13 @@ class _Run:
                 if due["kill"] is not None and clock("kill", now) >= due["kill"]:
                     self.due = round(due["kill"], 3)
                     self._kill_slot(self._victim(self.kill_rng, busy=False))
-                    due["kill"] += gap(mean["kill"], self.kill_rng)
+                    due["kill"] += gap(mean["kill"], rngs["kill"])
                 if due["pause"] is not None and clock("pause", now) >= due["pause"]:
                     victim = self._victim(self.pause_rng, busy=True)
                     if victim is not None:         # else: at the next busy tick
                         self.due = round(due["pause"], 3)
                         self._pause_slot(victim, pause_s)
-                        due["pause"] += gap(mean["pause"], self.pause_rng)
+                        due["pause"] += gap(mean["pause"], rngs["pause"])
             if now >= next_check:
                 next_check = now + CHECK_S
                 self._merge(ids, idset, wait=self.phase == "drain")
