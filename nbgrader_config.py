@@ -21,3 +21,16 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__",
 # one only stops a grade cell that somehow outlives all of them.
 c.ExecutePreprocessor.timeout = 300
 c.Execute.timeout = 300
+# Grade cells are never run in the learner's kernel: in place of nbgrader's
+# Execute, autograder.nbgrader_grade grades the notebook outside it (the same
+# `grade()` as `python -m autograder grade`) and writes each grade cell's
+# outcome as its output, which SaveAutoGrades turns into points.
+c.Autograde.autograde_preprocessors = [
+    "autograder.nbgrader_grade.GradeOutsideKernel",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]

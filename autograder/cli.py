@@ -1,8 +1,11 @@
 """`python -m autograder`: grade a submission, or check your own work quickly.
 
-    python -m autograder grade PATH [--json]    # the full grade (what counts)
-    python -m autograder check PATH_OR_NAME     # the quick version while working
+    python -m autograder grade PATH [--json] [--assignment NAME]
+                                                # the full grade (what counts)
+    python -m autograder check PATH_OR_NAME [--only CHECK ...]
+                                                # the quick version while working
     python -m autograder list                   # the assignments and their checks
+    python -m autograder grade-class submitted/ # a whole class, in parallel
 
 Exit code: 0 full marks, 1 points lost, 2 could not grade (bad path or name).
 """
@@ -32,6 +35,24 @@ def _find(target: str) -> Path:
         f"notebook here; assignments: {', '.join(assignments.names())}")
 
 
+def _grade_class(args) -> int:
+    from autograder import grade_class
+
+    if args.workers is not None and args.workers < 1:
+        print("cannot grade: --workers must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        run = grade_class.grade_class(
+            Path(args.submitted), course=Path(args.course) if args.course else None,
+            only=args.only, workers=args.workers, scheduler=args.scheduler,
+            quick=args.quick, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    except (notebook.SubmissionError, OSError) as err:
+        print(f"cannot grade: {err}", file=sys.stderr)
+        return 2
+    print(grade_class.report(run))
+    return 0 if not run.failed else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m autograder", description=__doc__
                                 .splitlines()[0])
@@ -44,7 +65,24 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="the quick version: fewer seeds, smaller runs")
     c.add_argument("target", help="a notebook, its folder, or an assignment name")
     c.add_argument("--json", action="store_true")
+    for sp in (g, c):
+        sp.add_argument("--assignment", metavar="NAME",
+                        help="the assignment this must be: refuse any other")
+        sp.add_argument("--only", nargs="+", metavar="CHECK",
+                        help="report only these checks (see `list` for names)")
     sub.add_parser("list", help="the assignments and their checks")
+    k = sub.add_parser("grade-class", help="grade every submission of a class in "
+                       "parallel (nbgrader's submitted/<student>/<assignment>/)")
+    k.add_argument("submitted", help="the submitted/ folder")
+    k.add_argument("--assignment", action="append", dest="only",
+                   help="only this assignment (repeatable)")
+    k.add_argument("--workers", type=int, help="parallel graders on this machine "
+                   "(default: from the cores and memory)")
+    k.add_argument("--scheduler", help="a Dask scheduler's address, e.g. "
+                   "tcp://host:8786, whose workers grade (on other machines)")
+    k.add_argument("--course", help="where gradebook.db, grade-class.db, "
+                   "autograded/ and grades.csv go (default: submitted/'s parent)")
+    k.add_argument("--quick", action="store_true", help="fewer seeds, shorter runs")
     args = p.parse_args(argv)
 
     if args.cmd == "list":
@@ -55,13 +93,16 @@ def main(argv: list[str] | None = None) -> int:
             for ch in mod.CHECKS:
                 print(f"  {ch.name:<34}{ch.points:>3}  {ch.title}")
         return 0
+    if args.cmd == "grade-class":
+        return _grade_class(args)
     quick = args.cmd == "check" or args.quick
     target = args.path if args.cmd == "grade" else args.target
     progress = None if args.json else (lambda m: print(f"... {m}", file=sys.stderr))
     try:
-        result = grade(_find(target), quick=quick, progress=progress)
+        result = grade(_find(target), quick=quick, progress=progress,
+                       assignment=args.assignment, only=args.only)
     except (notebook.SubmissionError, KeyError) as err:
-        print(f"cannot grade: {err}", file=sys.stderr)
+        print(f"cannot grade: {str(err).strip(chr(39))}", file=sys.stderr)
         return 2
     print(result.to_json() if args.json else result.text())
     return 0 if result.score == result.max_score else 1

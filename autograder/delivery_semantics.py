@@ -403,10 +403,12 @@ def check_all() -> bool:
     """The learner's check cell: the page's stream only; first failure in full."""
     ns = _caller_ns()
     start = time.monotonic()
-    outcomes = (cached_only(("delivery_semantics", False, _fingerprint(ns)))
-                or judge(observe(ns, quick=True), quick=True))
-    ok = notebook_summary(outcomes)
-    print(f"  ({time.monotonic() - start:.1f} s)")
+    outcomes = cached_only(("delivery_semantics", False, _fingerprint(ns)))
+    reused = outcomes is not None
+    outcomes = outcomes or judge(observe(ns, quick=True), quick=True)
+    ok = notebook_summary(outcomes, reused)
+    if not reused:
+        print(f"  (quick run: {time.monotonic() - start:.1f} s)")
     return ok
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -62,11 +63,14 @@ def _execution_problems(summary: dict, finished: sandbox.Finished,
     if summary.get("kernel_died"):
         problems.append(f"the kernel died in {summary['kernel_died']} (os._exit, a "
                         "crash, or the memory limit); the cells after it did not run")
+    problems += finished.problems()
     if finished.timed_out:
         problems.append(f"the notebook did not finish within {timeout:.0f} s and was "
                         "killed")
-    elif not summary and finished.returncode != 0:
-        problems.append("the notebook could not be executed: " + finished.tail(400))
+    elif not summary and finished.returncode != 0 and not finished.problems():
+        problems.append(f"the notebook runner ended (exit {finished.returncode}) "
+                        "before it finished, killed by the notebook's own code? "
+                        + finished.tail(400))
     if finished.leftovers:
         shown = "; ".join(finished.leftovers[:3])
         problems.append(f"the notebook left {len(finished.leftovers)} process(es) "
@@ -74,8 +78,12 @@ def _execution_problems(summary: dict, finished: sandbox.Finished,
     return problems
 
 
-def run_learner_cells(nb, module, workdir: Path, quick: bool) -> list[str]:
-    """Execute the learner's cells (plus the observe cell) in the sandbox."""
+def run_learner_cells(nb, module, workdir: Path, quick: bool,
+                      executed_copy: Path | None = None) -> tuple[list[str], str]:
+    """Execute the learner's cells (plus the observe cell) in the sandbox.
+
+    Returns the problems seen and which protections were in force.
+    """
     runnable = notebook.learner_cells(nb)
     make_cell = getattr(module, "observe_cell", None)
     if make_cell:
@@ -86,28 +94,46 @@ def run_learner_cells(nb, module, workdir: Path, quick: bool) -> list[str]:
     src = workdir / "submission.ipynb"
     nbformat.write(runnable, str(src))
     summary_path = workdir / "execution.json"
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     timeout = module.NOTEBOOK_TIMEOUT_S
     finished = sandbox.run(
         [sys.executable, "-m", "autograder.run_notebook", str(src),
          str(workdir / "executed.ipynb"), str(summary_path), "--cell-timeout", "60"],
-        timeout=timeout, cwd=workdir, env=env)
+        timeout=timeout, cwd=workdir, confined=True,
+        read_paths=sandbox.kernel_read_paths(module.__name__ if make_cell else None))
     try:
         summary = json.loads(summary_path.read_text())
     except (OSError, ValueError):
         summary = {}
-    return _execution_problems(summary, finished, timeout)
+    executed = workdir / "executed.ipynb"
+    if executed_copy is not None and executed.exists():
+        shutil.copyfile(executed, executed_copy)
+    return _execution_problems(summary, finished, timeout), finished.isolation
 
 
-def grade(path: str | Path, quick: bool = False, progress=None) -> GradeResult:
-    """Grade a notebook (or an assignment folder holding one)."""
+def grade(path: str | Path, quick: bool = False, progress=None,
+          assignment: str | None = None,
+          executed_copy: Path | None = None,
+          only: list[str] | None = None) -> GradeResult:
+    """Grade a notebook (or an assignment folder holding one).
+
+    `assignment` is the one expected (nbgrader knows it; so does an instructor
+    with `--assignment`): a notebook of another assignment is refused.
+    `executed_copy` receives the learner's cells as they ran in the sandbox.
+    `only` keeps just those checks in the result (unknown names are refused).
+    """
     start = time.monotonic()
     say = progress or (lambda msg: None)
     nb_path = notebook.resolve(path)
     nb = notebook.read(nb_path)
-    name = notebook.assignment_of(nb, nb_path)
+    name, why = notebook.identify(nb, nb_path, assignment)
     module = assignments.load(name)
-    problems: list[str] = []
+    known = [c.name for c in module.CHECKS]
+    unknown = [n for n in only or () if n not in known]
+    if unknown:
+        raise notebook.SubmissionError(
+            f"{name} has no check {', '.join(unknown)}; its checks: "
+            f"{', '.join(known)}")
+    problems: list[str] = [why] if why else []
     tampered: dict[str, str] = {}
     source = notebook.source_notebook(name)
     if source is None:
@@ -119,7 +145,9 @@ def grade(path: str | Path, quick: bool = False, progress=None) -> GradeResult:
     with tempfile.TemporaryDirectory(prefix=f"eo-grade-{name}-") as tmp:
         workdir = Path(tmp)
         say(f"running the learner's cells of {nb_path.name}")
-        problems += run_learner_cells(nb, module, workdir, quick)
+        found, isolation = run_learner_cells(nb, module, workdir, quick,
+                                             executed_copy)
+        problems += found
         server = EmbeddedRedis().start()
         try:
             say("judging")
@@ -133,8 +161,9 @@ def grade(path: str | Path, quick: bool = False, progress=None) -> GradeResult:
     for o in ev.outcomes:
         if o.name in tampered:
             o = outcome(checks[o.name], False, tampered[o.name])
-        outcomes.append(o)
+        if not only or o.name in only:
+            outcomes.append(o)
     return GradeResult(assignment=name, submission=str(nb_path), outcomes=outcomes,
                        problems=problems + ev.problems, invariants=ev.invariants,
                        replay=ev.replay, elapsed_s=time.monotonic() - start,
-                       quick=quick)
+                       quick=quick, isolation=isolation)

@@ -9,6 +9,8 @@ by `nbgrader.utils.compute_checksum`.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from pathlib import Path
 
 import nbformat
@@ -41,16 +43,137 @@ def resolve(path: str | Path) -> Path:
 
 
 def read(path: Path):
+    """The notebook, every field the grader reads checked (else one line)."""
     try:
-        return nbformat.read(str(path), as_version=4)
-    except Exception as err:  # noqa: BLE001 - any unreadable file
-        raise SubmissionError(f"{path} is not a readable notebook: {err}") from None
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise SubmissionError(f"{path} is not a readable notebook: "
+                              f"{str(err).splitlines()[0][:200]}") from None
+    problem = (malformed(raw) if isinstance(raw, dict)
+               else f"it is {_kind(raw)}, not a notebook object")
+    if problem:
+        raise SubmissionError(f"{path} is malformed: {problem}")
+    try:
+        return nbformat.reads(json.dumps(raw), as_version=4)
+    except Exception as err:  # noqa: BLE001 - any other unreadable notebook
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise SubmissionError(f"{path} is not a readable notebook: "
+                              f"{first or type(err).__name__}") from None
 
 
-def assignment_of(nb, path: Path) -> str:
-    """From the notebook's metadata, else its file name."""
-    meta = nb.metadata.get("autograder", {}).get("assignment")
-    return meta or path.stem
+def _kind(value) -> str:
+    return {str: "a string", list: "a list", dict: "an object", bool: "a boolean",
+            int: "a number", float: "a number"}.get(type(value), "null")
+
+
+def _cell_problem(cell, where: str) -> str | None:
+    if not isinstance(cell, dict):
+        return f"{where} is {_kind(cell)}, not a cell object"
+    if cell.get("cell_type") not in ("code", "markdown", "raw"):
+        return f"{where} has cell_type {cell.get('cell_type')!r}"
+    source = cell.get("source", "")
+    if not (isinstance(source, str) or isinstance(source, list)
+            and all(isinstance(line, str) for line in source)):
+        return f"{where}'s source is {_kind(source)}, not text"
+    meta = cell.get("metadata", {})
+    if not isinstance(meta, dict):
+        return f"{where}'s metadata is {_kind(meta)}, not an object"
+    if cell.get("cell_type") == "code" and not isinstance(cell.get("outputs", []),
+                                                          list):
+        return f"{where}'s outputs are {_kind(cell.get('outputs'))}, not a list"
+    nbg = meta.get("nbgrader", {})
+    if not isinstance(nbg, dict):
+        return f"{where}'s nbgrader metadata is {_kind(nbg)}, not an object"
+    for key in ("grade", "solution", "locked", "task"):
+        if key in nbg and not isinstance(nbg[key], bool):
+            return f"{where}'s nbgrader {key!r} is {_kind(nbg[key])}, not true/false"
+    if "grade_id" in nbg and not isinstance(nbg["grade_id"], str):
+        return f"{where}'s nbgrader grade_id is {_kind(nbg['grade_id'])}, not text"
+    points = nbg.get("points", 0)
+    if isinstance(points, bool) or not isinstance(points, int | float) or points < 0:
+        return f"{where}'s nbgrader points are {points!r}, not a number of points"
+    ours = meta.get("autograder", {})
+    if not isinstance(ours, dict):
+        return f"{where}'s autograder metadata is {_kind(ours)}, not an object"
+    if "role" in ours and not isinstance(ours["role"], str):
+        return f"{where}'s autograder role is {_kind(ours['role'])}, not text"
+    return None
+
+
+def malformed(nb) -> str | None:
+    """What is wrong with the fields the grader reads, in one phrase, or None."""
+    if not isinstance(nb.get("metadata"), dict):
+        return f"its metadata is {_kind(nb.get('metadata'))}, not an object"
+    ours = nb["metadata"].get("autograder", {})
+    if not isinstance(ours, dict):
+        return (f"metadata.autograder is {_kind(ours)}; it must be an object like "
+                '{"assignment": "claim_ack_reap"}')
+    if "assignment" in ours and (not isinstance(ours["assignment"], str)
+                                 or not ours["assignment"]):
+        return (f"metadata.autograder.assignment is {_kind(ours['assignment'])}; "
+                "it must be the assignment's name")
+    cells = nb.get("cells")
+    if not isinstance(cells, list):
+        return (f"it has no list of cells (cells is {_kind(cells)})"
+                if "cells" in nb else "it has no cells")
+    for index, cell in enumerate(cells):
+        gid = ""
+        with contextlib.suppress(AttributeError, KeyError, TypeError):
+            gid = cell["metadata"]["nbgrader"]["grade_id"]
+        where = (f"cell {index + 1}" + (f" ({gid!r})" if isinstance(gid, str) and gid
+                                        else ""))
+        problem = _cell_problem(cell, where)
+        if problem:
+            return problem
+    return None
+
+
+def _owner_of_tests(nb) -> str | None:
+    """The one assignment whose checks the notebook's test cells are, if any."""
+    from autograder import assignments
+
+    ids = {c.metadata.nbgrader.get("grade_id") for c in nb.cells
+           if role(c) == "test"}
+    owners = [n for n in assignments.names()
+              if ids and ids <= set(assignments.points(n))]
+    return owners[0] if len(owners) == 1 else None
+
+
+def identify(nb, path: Path, expected: str | None = None) -> tuple[str, str]:
+    """(assignment to grade as, a line to report or ""); refuses a wrong one.
+
+    With `expected` (nbgrader's assignment, or `--assignment`), a notebook whose
+    metadata or test cells belong to another assignment is refused. Without
+    it, a file name that disagrees with the metadata is reported.
+    """
+    from autograder import assignments
+
+    claimed = nb.metadata.get("autograder", {}).get("assignment")
+    by_tests = _owner_of_tests(nb)
+    if expected is not None:
+        if expected not in assignments.names():
+            raise SubmissionError(f"unknown assignment {expected!r}; known: "
+                                  f"{', '.join(assignments.names())}")
+        for other, how in ((claimed, "its metadata"), (by_tests, "its test cells")):
+            if other and other != expected:
+                raise SubmissionError(
+                    f"{path.name} is a notebook of {other} ({how} say so), not of "
+                    f"{expected}: refused")
+        return expected, ""
+    name = claimed or path.stem
+    if name not in assignments.names():
+        raise SubmissionError(
+            f"{path.name}: no assignment named {name!r} (from "
+            f"{'its metadata' if claimed else 'its file name'}); known: "
+            f"{', '.join(assignments.names())}")
+    if by_tests and by_tests != name:
+        raise SubmissionError(f"{path.name} says it is {name} but its test cells "
+                              f"are those of {by_tests}: refused")
+    if claimed and claimed != path.stem:
+        return name, (f"graded as {claimed} (named in the notebook's metadata), "
+                      f"although the file is {path.name}; give --assignment NAME "
+                      "to insist on one")
+    return name, ""
 
 
 def source_notebook(name: str) -> Path | None:

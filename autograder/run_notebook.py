@@ -21,6 +21,7 @@ import sys
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from traitlets.config import Config
 
 
 def _cell_id(cell, index: int) -> str:
@@ -35,8 +36,14 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float) -> dict:
         return cell.get("metadata", {}).get("autograder", {}).get("timeout",
                                                                   cell_timeout)
 
+    # IPC transport: the kernel's channels are Unix sockets in the work dir, since
+    # the sandbox has no network (and nothing else can reach them).
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = os.path.join(cwd, "kernel")
     client = NotebookClient(
-        nb, timeout_func=timeout_of, allow_errors=True, kernel_name="python3",
+        nb, config=config, timeout_func=timeout_of, allow_errors=True,
+        kernel_name="python3",
         resources={"metadata": {"path": cwd}}, interrupt_on_timeout=True,
         error_on_timeout={"ename": "CellTimeout",
                           "evalue": "the cell ran past its time limit and was "

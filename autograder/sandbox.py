@@ -20,10 +20,12 @@ whole tree if even the supervisor does not come back.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import ctypes
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -35,14 +37,19 @@ from pathlib import Path
 
 import psutil
 
+from autograder import confine
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-DEFAULT_MEM_MB = 3072
+DEFAULT_MEM_MB = 3072          # per process (address space), as a last resort
+TREE_MEM_MB = 2048             # one memory cap for all learner processes of a run
+TREE_PIDS = 512                # one cap on their processes and threads
+DISK_MB = 512                  # the run's work dir may not grow past this
 
 
 @dataclass
 class Finished:
-    """What happened to one sandboxed command."""
+    """What happened to one sandboxed command, and which protections held."""
 
     cmd: list[str]
     returncode: int | None
@@ -51,15 +58,34 @@ class Finished:
     timed_out: bool
     elapsed_s: float
     leftovers: list[str] = field(default_factory=list)   # "pid: cmdline" killed
+    isolation: str = "none"            # "full", "partial: no ...", "none"
+    protections: dict = field(default_factory=dict)
+    supervisor_killed: str = ""        # how the supervisor died, if it did
+    disk_exceeded: bool = False
+    oom_kills: int = 0
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return (self.returncode == 0 and not self.timed_out
+                and not self.supervisor_killed and not self.disk_exceeded)
 
     def tail(self, n: int = 1200) -> str:
         """The end of stderr (or stdout), for a message the learner can read."""
         text = (self.stderr.strip() or self.stdout.strip())
         return text[-n:]
+
+    def problems(self) -> list[str]:
+        """What went wrong that the command itself cannot report, one line each."""
+        out = []
+        if self.supervisor_killed:
+            out.append(f"the sandbox supervisor was killed ({self.supervisor_killed}); "
+                       "everything it ran was killed with it")
+        if self.disk_exceeded:
+            out.append("the work dir grew past the disk quota; everything was killed")
+        if self.oom_kills:
+            out.append(f"the memory cap of the whole process tree was hit "
+                       f"({self.oom_kills} process(es) killed)")
+        return out
 
 
 def _prctl(option: int, value: int) -> None:
@@ -148,18 +174,36 @@ def supervise(cmd: list[str], timeout: float, mem_mb: int, cwd: str | None,
 
 
 def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
-        env: dict | None = None, mem_mb: int = DEFAULT_MEM_MB) -> Finished:
-    """Run cmd under a supervisor with a time and memory limit; never hangs."""
+        env: dict | None = None, mem_mb: int = DEFAULT_MEM_MB, confined: bool = False,
+        read_paths: tuple[str, ...] = (), redis_url: str | None = None,
+        learner_env: dict | None = None, tree_mem_mb: int | None = None,
+        disk_mb: int | None = None) -> Finished:
+    """Run cmd under a supervisor with a time and memory limit; never hangs.
+
+    `confined=True` runs it as learner code: in the sandbox of `autograder.confine`
+    with `cwd` as its work dir (required), `read_paths` readable, only the Redis
+    at `redis_url`, and only `learner_env` besides PATH, HOME, TMPDIR and LANG.
+    """
     with tempfile.TemporaryDirectory(prefix="eo-sandbox-") as tmp:
         status_path = os.path.join(tmp, "status.json")
+        confine_path = os.path.join(tmp, "confine.json")
         out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
         sup = [sys.executable, "-m", "autograder.sandbox", "--timeout", str(timeout),
                "--mem-mb", str(mem_mb), "--status", status_path]
         if cwd is not None:
             sup += ["--cwd", str(cwd)]
+        if confined:
+            if cwd is None:
+                raise ValueError("a confined run needs its work dir as cwd")
+            cmd_run = _prefix(cwd, redis_url, read_paths, learner_env or {},
+                              status=confine_path, mem_mb=tree_mem_mb or TREE_MEM_MB,
+                              disk_mb=disk_mb or DISK_MB) + list(cmd)
+        else:
+            cmd_run = list(cmd)
         start = time.monotonic()
+        killed = ""
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(sup + ["--", *cmd], stdout=out, stderr=err,
+            proc = subprocess.Popen(sup + ["--", *cmd_run], stdout=out, stderr=err,
                                     stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True)
             try:
@@ -168,16 +212,52 @@ def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
                 kill_tree(psutil.Process(proc.pid), include_root=False)
                 proc.kill()
                 proc.wait()
+                killed = "it did not come back after the time limit"
+        if proc.returncode and proc.returncode < 0 and not killed:
+            killed = f"signal {-proc.returncode}"
+        if confined:
+            cleanup(cwd)
         stdout = Path(out_path).read_text(errors="replace")
         stderr = Path(err_path).read_text(errors="replace")
         try:
             status = json.loads(Path(status_path).read_text())
         except (OSError, ValueError):
-            status = {"returncode": None, "timed_out": True, "leftovers": [],
-                      "elapsed_s": time.monotonic() - start}
+            status = {"returncode": None, "timed_out": False, "leftovers": [],
+                      "elapsed_s": round(time.monotonic() - start, 3)}
+            killed = killed or "it ended without a report"
+        report = _read_json(confine_path)
+    leftovers = report.get("leftovers", []) + status["leftovers"]
     return Finished(cmd=list(cmd), returncode=status["returncode"], stdout=stdout,
                     stderr=stderr, timed_out=status["timed_out"],
-                    elapsed_s=status["elapsed_s"], leftovers=status["leftovers"])
+                    elapsed_s=status["elapsed_s"], leftovers=leftovers,
+                    isolation=report.get("isolation", "none"),
+                    protections=report.get("protections", {}),
+                    supervisor_killed=killed,
+                    disk_exceeded=bool(report.get("disk_exceeded")),
+                    oom_kills=int(report.get("oom_kills", 0)))
+
+
+def _read_json(path: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _prefix(workdir, redis_url, read_paths, env: dict, status: str | None = None,
+            mem_mb: int | None = None, disk_mb: int | None = None) -> list[str]:
+    prefix = [sys.executable, "-m", "autograder.confine", "--workdir", str(workdir),
+              "--mem-mb", str(mem_mb or TREE_MEM_MB), "--pids", str(TREE_PIDS),
+              "--disk-mb", str(disk_mb or DISK_MB)]
+    if redis_url:
+        prefix += ["--redis-url", redis_url]
+    for path in read_paths:
+        prefix += ["--read", str(path)]
+    for key, value in env.items():
+        prefix += ["--env", f"{key}={value}"]
+    if status:
+        prefix += ["--status", status]
+    return prefix + ["--"]
 
 
 def learner_prefix(workdir: str | os.PathLike, redis_url: str | None = None,
@@ -185,13 +265,92 @@ def learner_prefix(workdir: str | os.PathLike, redis_url: str | None = None,
     """The argv prefix that runs one learner process confined to a grading run.
 
     `prefix + [sys.executable, script, ...]` starts a process that may write
-    only under `workdir`, read the interpreter, its libraries and `read_paths`,
-    reach only the Redis at `redis_url`, and shares the run's memory, process
-    and disk budget. Trusted harness processes (which never import learner
-    code) use it to start the learner's side of a call. An empty prefix means
-    no confinement beyond a separate process.
+    only under `workdir`, read the interpreter, its libraries and `read_paths`
+    (the script itself must be among them, or in the work dir), reach only the
+    Redis at `redis_url` (also in its environment as REDIS_URL), and shares the
+    run's memory, process and disk budget with every other learner process of
+    the run (the same work dir). Call `cleanup(workdir)` when the run is over.
     """
-    return []
+    return _prefix(workdir, redis_url, tuple(read_paths), {})
+
+
+def cleanup(workdir: str | os.PathLike) -> list[str]:
+    """Kill whatever still runs in a run's cgroup and remove it; what was killed."""
+    cgroup = confine.Cgroup(confine.run_id(str(workdir)))
+    killed = []
+    for d in cgroup.dirs.values():
+        for _ in range(20):
+            try:
+                pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                break
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(psutil.Error):
+                    proc = psutil.Process(pid)
+                    killed.append(_describe(proc))
+                    proc.kill()
+            time.sleep(0.05)
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    return killed
+
+
+def isolation() -> Finished:
+    """What a confined learner process gets on this machine (a real, tiny run)."""
+    with tempfile.TemporaryDirectory(prefix="eo-probe-") as tmp:
+        return run([sys.executable, "-c", "pass"], timeout=30, cwd=tmp, confined=True)
+
+
+def kernel_read_paths(also: str | None = None) -> tuple[str, ...]:
+    """What the learner's kernel may read of the course: the notebook runner and
+    the `handson` modules the released notebooks import (and what those import).
+
+    `also`: a course module that the grader itself runs in the kernel (an
+    assignment's observe cell), with what it imports. Nothing else of the
+    checkout: not `solutions/`, not `tests/`, not the rest of `autograder/`.
+    """
+    root = Path(__file__).resolve().parent.parent
+    wanted: set[str] = {"autograder.run_notebook"}
+    for nb in sorted((root / "exercises").glob("*/*.ipynb")):
+        text = nb.read_text(errors="replace")
+        wanted |= {f"handson.{m}" for m in re.findall(r"handson\.(\w+)", text)}
+        wanted |= {f"handson.{m}" for group in
+                   re.findall(r"from handson import ([\w, ]+)", text)
+                   for m in re.split(r"[, ]+", group) if m}
+    if also:
+        wanted.add(also)
+    seen: set[str] = set()
+    while wanted - seen:
+        name = sorted(wanted - seen)[0]
+        seen.add(name)
+        path = root.joinpath(*name.split(".")).with_suffix(".py")
+        if path.exists():
+            wanted |= _course_imports(path, name.split(".")[0])
+    files = [root / "autograder" / "__init__.py", root / "handson" / "__init__.py"]
+    files += [root.joinpath(*n.split(".")).with_suffix(".py") for n in sorted(seen)]
+    return tuple(str(f) for f in files if f.exists())
+
+
+def _course_imports(path: Path, package: str) -> set[str]:
+    """The course modules (`handson.x`, `autograder.y`) a module imports."""
+    names: set[str] = set()
+    with contextlib.suppress(SyntaxError, OSError):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mod = node.module or ""
+                if node.level:
+                    mod = f"{package}.{mod}" if mod else package
+                mods = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            else:
+                continue
+            names |= {".".join(m.split(".")[:2]) for m in mods
+                      if m.split(".")[0] in ("handson", "autograder")
+                      and m.count(".") >= 1}
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:

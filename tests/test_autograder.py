@@ -132,6 +132,7 @@ def test_solution_report_has_invariants(solution_grades):
     _, data, _ = solution_grades["claim_ack_reap"]
     assert data["invariants"], "the chaos run's invariants are in the report"
     assert all(v is True for v in data["invariants"].values()), data["invariants"]
+    assert all(k.endswith("_ok") for k in data["invariants"]), "true means it held"
     for c in data["checks"]:
         assert c["points"] == c["max_points"]
 

@@ -1,0 +1,503 @@
+"""The trusted launcher that confines one learner process tree, then execs it.
+
+    python -m autograder.confine --workdir W [--read PATH]... [--redis-url URL]
+        [--mem-mb N] [--pids N] [--disk-mb N] [--env K=V]... [--status F] -- CMD...
+
+Three processes, only the last runs learner code:
+
+- the launcher puts itself in the run's cgroup (one memory and process cap for
+  every learner process of a grading run, named after the work dir), enters new
+  mount, PID, network and IPC namespaces, and waits;
+- the namespace's init (PID 1) builds a file system view that holds only the
+  Python installation, system libraries, the explicit read paths (read-only),
+  the run's own Redis socket directory and the work dir (writable); it watches
+  the work dir's size (the disk quota), and when the command ends it lists what
+  is still running (leftovers), then exits, and the kernel kills everything
+  left in the namespace, detached or not;
+- the learner process drops every capability, restricts itself with Landlock
+  (write only in the work dir, no TCP, no signal outside its tree), gets a
+  scrubbed environment and rlimits, and execs CMD.
+
+Each mechanism is used when the machine has it; the status file says which were
+in force. Without a network namespace nothing listens for us, and a jupyter
+kernel must use IPC transport (files in the work dir), not TCP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from autograder import landlock
+
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x20000, 0x08000000, 0x10000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+_SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER = 1, 24, 36
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+DEVICES = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"]
+SYSTEM_READ = ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc"]
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def run_id(workdir: str) -> str:
+    """The name every process of one grading run shares (its cgroup's name)."""
+    return "eo-" + hashlib.sha256(os.path.realpath(workdir).encode()).hexdigest()[:16]
+
+
+def python_paths() -> list[str]:
+    """The interpreter, its standard library and the site-packages in use."""
+    paths = {sys.base_prefix, sys.prefix, sys.exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable))}
+    paths |= {p for p in sys.path if p.endswith("-packages") and os.path.isdir(p)}
+    return sorted(paths)
+
+
+def redis_dir(redis_url: str | None) -> str | None:
+    """The directory of a unix:// Redis socket (a TCP URL is unreachable here)."""
+    if redis_url and redis_url.startswith("unix://"):
+        return os.path.dirname(redis_url[len("unix://"):].split("?")[0])
+    return None
+
+
+# --- the run's cgroup (v1 memory + pids) --------------------------------------------
+
+class Cgroup:
+    """One memory and one pids cgroup for a run, under the launcher's own."""
+
+    def __init__(self, name: str):
+        self.dirs: dict[str, Path] = {}
+        self.parents: dict[str, Path] = {}
+        own = {}
+        with contextlib.suppress(OSError):
+            for line in Path("/proc/self/cgroup").read_text().splitlines():
+                _, ctrls, path = line.split(":", 2)
+                for c in ctrls.split(","):
+                    own[c] = path
+        for ctrl in ("memory", "pids"):
+            base = CGROUP_ROOT / ctrl
+            if ctrl in own and (base / "cgroup.procs").exists():
+                parent = base / own[ctrl].lstrip("/")
+                self.parents[ctrl] = parent
+                self.dirs[ctrl] = parent / name
+
+    def setup(self, mem_mb: int, pids: int) -> bool:
+        """Create, limit and join; False (and nothing left) when not possible."""
+        try:
+            for d in self.dirs.values():
+                d.mkdir(exist_ok=True)
+            if len(self.dirs) < 2:
+                raise OSError("no memory and pids controllers")
+            mem = self.dirs["memory"]
+            limit = str(mem_mb * 1024 * 1024)
+            (mem / "memory.limit_in_bytes").write_text(limit)
+            with contextlib.suppress(OSError):
+                (mem / "memory.memsw.limit_in_bytes").write_text(limit)
+            (self.dirs["pids"] / "pids.max").write_text(str(pids))
+            for d in self.dirs.values():
+                (d / "cgroup.procs").write_text(str(os.getpid()))
+            return True
+        except OSError:
+            self.leave()
+            return False
+
+    def oom_kills(self) -> int:
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            text = (self.dirs["memory"] / "memory.oom_control").read_text()
+            return int(dict(ln.split() for ln in text.splitlines())["oom_kill"])
+        return 0
+
+    def leave(self) -> None:
+        """Move back out and remove the cgroups if no other process uses them."""
+        for ctrl, d in self.dirs.items():
+            with contextlib.suppress(OSError):
+                (self.parents[ctrl] / "cgroup.procs").write_text(str(os.getpid()))
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+
+# --- the namespaces and the file system view --------------------------------------
+
+def _unshare() -> str:
+    """New PID/net/IPC namespaces: 'root', 'user' (via a user ns) or ''.
+
+    The mount namespace comes later, in the init, so that the launcher keeps
+    the real file system (it writes the status file after the init is gone).
+    """
+    libc = _libc()
+    flags = CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
+    if os.geteuid() == 0 and libc.unshare(flags) == 0:
+        return "root"
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(flags | CLONE_NEWUSER) != 0:
+        return ""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/setgroups").write_text("deny")
+    try:
+        Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+    except OSError:
+        return ""
+    return "user"
+
+
+def _mount(src, target, fstype, flags: int, data: str | None = None) -> None:
+    libc = _libc()
+    _check(libc.mount(src and src.encode(), target.encode(),
+                      fstype and fstype.encode(), ctypes.c_ulong(flags),
+                      data and data.encode()), f"mount {target}")
+
+
+def _bind(src: str, root: str, writable: bool) -> None:
+    target = root + src
+    if os.path.exists(target) and not os.path.islink(target):
+        pass
+    elif os.path.isdir(src):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        Path(target).touch()
+    _mount(src, target, None, MS_BIND | MS_REC)
+    if not writable:
+        locked = 0
+        with contextlib.suppress(OSError):
+            f = os.statvfs(target).f_flag
+            locked = (f & os.ST_NOEXEC and MS_NOEXEC) | (f & os.ST_NODEV and MS_NODEV)
+        _mount(None, target, None,
+               MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | locked)
+
+
+def build_view(root: str, read: list[str], write: list[str]) -> None:
+    """Make `root` the new / holding only `read` (ro), `write` (rw), /dev, /proc."""
+    _check(_libc().unshare(CLONE_NEWNS), "unshare mount namespace")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=8m,mode=0755")
+    wanted = [(p, False) for p in read] + [(p, True) for p in write]
+    for path, writable in sorted(wanted, key=lambda pw: len(pw[0])):
+        if os.path.islink(path) and os.path.dirname(path) == "/":
+            os.symlink(os.readlink(path), root + path)     # /lib -> usr/lib
+        elif os.path.exists(path):
+            _bind(path, root, writable)
+    for dev in DEVICES:
+        if os.path.exists(dev):
+            _bind(dev, root, True)
+    os.makedirs(root + "/dev/shm", exist_ok=True)
+    _mount("tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
+           "size=64m,mode=1777")
+    os.makedirs(root + "/proc", exist_ok=True)
+    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.chdir(root)
+    libc = _libc()
+    _check(libc.syscall(_PIVOT_ROOT[platform.machine()], b".", b"."), "pivot_root")
+    _check(libc.umount2(b".", MNT_DETACH), "umount old root")
+    os.chdir("/")
+    _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def loopback_up() -> None:
+    """Bring up `lo` of the private network namespace: TCP inside, none out."""
+    ifreq = struct.pack("16sH14x", b"lo", 0)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s, _SIOCGIFFLAGS, ifreq))[1]
+        fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | 1))
+
+
+# --- the namespace's init ------------------------------------------------------------
+
+def _du(path: str, limit_entries: int = 200_000) -> int:
+    """Bytes used under path (allocated blocks); huge file counts count as full."""
+    total, seen, stack = 0, 0, [path]
+    while stack:
+        with contextlib.suppress(OSError), os.scandir(stack.pop()) as it:
+            for entry in it:
+                seen += 1
+                if seen > limit_entries:
+                    return 1 << 62
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+    return total
+
+
+def _processes(pidns: bool) -> list[tuple[int, str]]:
+    """What still runs: every process in our PID namespace, else our descendants."""
+    procs, parent = [], {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{d}/stat").read_text()
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            parent[int(d)] = int(stat.rsplit(")", 1)[1].split()[1])
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ")
+            procs.append((int(d), cmd.decode(errors="replace").strip()[:160]))
+    if pidns:
+        return procs
+
+    def mine(pid: int) -> bool:
+        for _ in range(64):
+            pid = parent.get(pid, 0)
+            if pid == os.getpid():
+                return True
+            if pid <= 1:
+                return False
+        return False
+    return [(p, c) for p, c in procs if mine(p)]
+
+
+def _kill_all(pidns: bool) -> list[tuple[int, int]]:
+    """SIGKILL everything that still runs; the (pid, status) pairs reaped."""
+    reaped = []
+    for _ in range(20):
+        left = _processes(pidns)
+        if not left:
+            break
+        if pidns:
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGKILL)
+        for pid, _ in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+        reaped += _reap()
+    return reaped + _reap()
+
+
+def _reap() -> list[tuple[int, int]]:
+    done = []
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            done.append((pid, status))
+    return done
+
+
+def _code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def init(opts, cmd: list[str], mode: str, report_fd: int) -> int:
+    """PID 1 of the sandbox: build the view, start the learner, watch, clean up."""
+    pidns = bool(mode)
+    if pidns:
+        build_view(opts.root, view_read(opts), [opts.workdir])
+        os.write(report_fd, b'{"view_ready": true}\n')    # the launcher removes root
+        loopback_up()
+    else:
+        _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    child = os.fork()
+    if child == 0:
+        become_learner(opts, cmd, mode, report_fd)
+    quota = opts.disk_mb * 1024 * 1024
+    code, disk_exceeded, next_du = None, False, 0.0
+    while code is None:
+        for pid, status in _reap():
+            if pid == child:
+                code = _code(status)
+        if code is None:
+            if time.monotonic() >= next_du:
+                next_du = time.monotonic() + 0.25
+                if _du(opts.workdir) > quota:
+                    disk_exceeded = True
+                    for pid, status in _kill_all(pidns):
+                        if pid == child:
+                            code = _code(status)
+                    continue
+            time.sleep(0.02)
+    leftovers = [f"{pid}: {cmdline}" for pid, cmdline in _processes(pidns)]
+    _kill_all(pidns)
+    if disk_exceeded:
+        leftovers = []
+    os.write(report_fd, (json.dumps({"leftovers": leftovers,
+                                     "disk_exceeded": disk_exceeded}) + "\n")
+             .encode())
+    return code
+
+
+def view_read(opts) -> list[str]:
+    """Everything the learner may read (and execute), as absolute real paths."""
+    paths = SYSTEM_READ + python_paths() + list(opts.read)
+    if opts.redis_dir:
+        paths.append(opts.redis_dir)
+    return [os.path.abspath(p) for p in paths]
+
+
+def _drop_capabilities() -> None:
+    libc = _libc()
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break
+
+
+def become_learner(opts, cmd: list[str], mode: str, report_fd: int) -> None:
+    """The last trusted steps in the learner's process; then exec (never returns)."""
+    try:
+        os.setsid()
+        os.chdir(opts.workdir)
+        tmp = os.path.join(opts.workdir, "tmp")
+        os.makedirs(tmp, exist_ok=True)
+        disk = opts.disk_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if not opts.cgroup:
+            mem = opts.mem_mb * 1024 * 1024
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+            if os.geteuid() != 0:
+                with contextlib.suppress(ValueError, OSError):
+                    resource.setrlimit(resource.RLIMIT_NPROC, (opts.pids, opts.pids))
+        if mode == "root":
+            _drop_capabilities()
+        read = view_read(opts)
+        abi = landlock.restrict(
+            read=read + (["/proc"] if mode else []),
+            write=[opts.workdir] + (["/dev/shm"] if mode else []), devices=DEVICES,
+            listable=[os.path.dirname(p) for p in read if not os.path.isdir(p)],
+            deny_tcp=not mode)
+        os.write(report_fd, (json.dumps({"landlock": abi}) + "\n").encode())
+        os.close(report_fd)
+        env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable),
+                                        "/usr/local/bin", "/usr/bin", "/bin"]),
+               "HOME": opts.workdir, "TMPDIR": tmp,
+               "LANG": os.environ.get("LANG", "C.UTF-8")}
+        if opts.redis_url:
+            env["REDIS_URL"] = opts.redis_url
+        env.update(kv.split("=", 1) for kv in opts.env)
+        os.execvpe(cmd[0], cmd, env)
+    except BaseException as err:          # noqa: BLE001 - report, never run unconfined
+        with contextlib.suppress(OSError):
+            os.write(2, f"sandbox: could not start {cmd[:1]}: {err}\n".encode())
+        os._exit(126)
+
+
+def summarize(protections: dict) -> str:
+    """One line: full, partial (what is missing) or none."""
+    missing = []
+    abi = protections.get("landlock", 0)
+    if not abi:
+        missing.append("no Landlock")
+    elif abi < 6:
+        missing.append(f"Landlock ABI {abi} (no signal scope)")
+    if not protections.get("namespaces"):
+        missing.append("no namespaces")
+    if not protections.get("cgroup"):
+        missing.append("no cgroup")
+    if not missing:
+        return "full"
+    if len(missing) == 3 and not abi:
+        return "none"
+    return "partial: " + ", ".join(missing)
+
+
+def launch(opts, cmd: list[str]) -> int:
+    """The launcher: cgroup, namespaces, fork the init, wait, report."""
+    libc = _libc()
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    opts.workdir = os.path.realpath(opts.workdir)
+    exe = os.path.abspath(cmd[0]) if os.sep in cmd[0] else shutil.which(cmd[0])
+    cmd = [exe or cmd[0], *cmd[1:]]
+    opts.redis_dir = redis_dir(opts.redis_url)
+    cgroup = Cgroup(run_id(opts.workdir))
+    opts.cgroup = os.geteuid() == 0 and cgroup.setup(opts.mem_mb, opts.pids)
+    opts.root = tempfile.mkdtemp(prefix="eo-root-")
+    mode = _unshare()
+    read_end, write_end = os.pipe()
+    me = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        code = 125
+        try:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() == (0 if mode else me):     # 0: parent outside the ns
+                code = init(opts, cmd, mode, write_end)
+        except BaseException as err:      # noqa: BLE001
+            with contextlib.suppress(OSError):
+                os.write(2, f"sandbox: setup failed: {err!r}\n".encode())
+        os._exit(code)
+    os.close(write_end)
+    report: dict = {}
+    with os.fdopen(read_end, "rb") as fh:
+        for line in fh:                   # until the init exits
+            with contextlib.suppress(ValueError):
+                report.update(json.loads(line.decode(errors="replace")))
+            if report.pop("view_ready", False):
+                with contextlib.suppress(OSError):
+                    os.rmdir(opts.root)   # not a mount point here, nor in the ns
+    _, status = os.waitpid(pid, 0)
+    protections = {"landlock": report.pop("landlock", 0), "namespaces": mode,
+                   "cgroup": bool(opts.cgroup), "env": "scrubbed",
+                   "disk_quota_mb": opts.disk_mb}
+    report.update(returncode=_code(status), protections=protections,
+                  isolation=summarize(protections),
+                  oom_kills=cgroup.oom_kills() if opts.cgroup else 0)
+    if opts.cgroup:
+        cgroup.leave()
+    with contextlib.suppress(OSError):
+        os.rmdir(opts.root)
+    if opts.status:
+        Path(opts.status).write_text(json.dumps(report))
+    return report["returncode"]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Confine a learner command, then run it.")
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--read", action="append", default=[])
+    p.add_argument("--redis-url")
+    p.add_argument("--mem-mb", type=int, default=2048)
+    p.add_argument("--pids", type=int, default=512)
+    p.add_argument("--disk-mb", type=int, default=512)
+    p.add_argument("--env", action="append", default=[])
+    p.add_argument("--status")
+    p.add_argument("cmd", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parser().parse_args(argv)
+    cmd = opts.cmd[1:] if opts.cmd[:1] == ["--"] else opts.cmd
+    if not cmd or not os.path.isdir(opts.workdir):
+        print("confine: need an existing --workdir and a command after --",
+              file=sys.stderr)
+        return 2
+    return launch(opts, cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
