@@ -60,13 +60,25 @@ GATE = ("enqueue_idempotent", "claim_returns_payload_and_attempt")
 
 
 def chaos_args(seed: int, quick: bool) -> list[str]:
-    """Real workers on the learner's module; heartbeats are assignment 3."""
-    docs = "300" if quick else "600"
-    return ["4", "--docs", docs, "--seed", str(seed), "--kill-every", "0.25",
-            "--lease-s", "1.0", "--iters", "500", "--drain-timeout-s", "40",
-            "--pause-every", "0.5", "--no-heartbeat"]
+    """Real workers on the learner's module; heartbeats are assignment 3.
+
+    The run lasts until its quota is in (KILLS kills, PAUSES pauses past the
+    lease, keyed to claims so the seed replays the schedule, and two kills
+    inside a contract call, after one of its Redis replies), in
+    batches of 100 documents; `quick` only runs fewer seeds. Short of the
+    quota within the cap, the verdict is unknown.
+    """
+    return ["4", "--docs", "100", "--seed", str(seed), "--kill-every", "0",
+            "--kill-every-claims", "10",
+            "--pause-every-claims", "30", "--min-kills", str(KILLS),
+            "--min-pauses", str(PAUSES), "--quota-cap-s", "25",
+            "--crash-point", "mid-call", "--crash-p", "0.01",
+            "--min-crash-kills", "2",
+            "--lease-s", "1.0", "--iters", "2000", "--drain-timeout-s", "45",
+            "--no-heartbeat"]
 
 
+KILLS, PAUSES = 20, 5      # faults every graded chaos run must inject
 SEEDS, QUICK_SEEDS = (1, 2), (1,)
 CHAOS_TIMEOUT_S = 70
 

@@ -13,6 +13,8 @@ edited or deleted scores zero for its check.
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -24,6 +26,30 @@ import nbformat
 from autograder import assignments, notebook, sandbox
 from autograder.checks import GradeResult, Outcome, outcome
 from handson.redis_server import EmbeddedRedis
+
+
+def replayable(replay: str, module, workdir: Path, nb_path: Path) -> str:
+    """The replay command, pointed at a copy of the judged module the learner has.
+
+    The judged file lives in a directory that is gone when grading ends, so it
+    is kept next to the notebook (`replay-<file>`, never over the learner's own
+    file) unless the learner's own file there is the same; the path printed is
+    relative to where the command was run.
+    """
+    name = getattr(module, "MODULE_FILE", None)
+    judged = workdir / name if name else None
+    if judged is None or not judged.exists() or f"--queue {name}" not in replay:
+        return replay
+    own = nb_path.parent / name
+    keep = own if own.exists() and own.read_bytes() == judged.read_bytes() else (
+        nb_path.parent / f"replay-{name}")
+    if keep != own:
+        try:
+            keep.write_bytes(judged.read_bytes())
+        except OSError:
+            return replay
+    shown = os.path.relpath(keep)
+    return replay.replace(f"--queue {name}", f"--queue {shlex.quote(shown)}")
 
 
 def _execution_problems(summary: dict, finished: sandbox.Finished,
@@ -128,6 +154,8 @@ def grade(path: str | Path, quick: bool = False, progress=None,
             ev = module.evaluate(workdir, server.url, quick)
         finally:
             server.stop()
+        if ev.replay:
+            ev.replay = replayable(ev.replay, module, workdir, nb_path)
     outcomes: list[Outcome] = []
     checks = {c.name: c for c in module.CHECKS}
     for o in ev.outcomes:

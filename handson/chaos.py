@@ -6,8 +6,11 @@
 Environment as in the seed: CHAOS=0 runs without kills, IDEM=0 uses the naive
 sink, ACK_DELAY widens the commit-to-ack window, ITERS sets the work per
 document. REDIS_URL points at your server; without it a private one is started.
-Exit code: 0 valid, 1 invalid, 2 unknown. With --json the report is JSON on
-stdout and the progress goes to stderr.
+The run lasts until its fault quota is injected (at least LAB_KILLS kills by
+default, more with --min-kills, --min-pauses, --min-crash-kills): while it is
+not, more documents are enqueued; a run that cannot meet it within
+--quota-cap-s is unknown. Exit code: 0 valid, 1 invalid, 2 unknown. With
+--json the report is JSON on stdout and the progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -36,7 +39,17 @@ HELP = {
     "reapers": "extra processes that only call reap(), to race each other",
     "kill_until": "chaos stops once this fraction of jobs is done",
     "kill_phase_s": "... or after this many seconds (0: no cap)",
+    "min_kills": "quota: random SIGKILLs before the chaos may stop "
+                 "(default: LAB_KILLS when there are kills, else 0)",
+    "min_pauses": "quota: SIGSTOPs past the lease",
+    "min_crash_kills": "quota: kills at EACH --crash-point",
+    "min_reaps": "quota: expired leases taken back by reap()",
+    "quota_cap_s": "the chaos's budget for its quota; short of it: unknown",
+    "kill_every_claims": "a SIGKILL every ~N claims instead of every ~S seconds "
+                         "(the seed then replays the same schedule)",
+    "pause_every_claims": "a SIGSTOP every ~N claims",
 }
+LAB_KILLS = 10   # the lab's run: at least this many kills, however fast the machine
 
 
 def parse(argv: list[str] | None) -> tuple[ChaosConfig, argparse.Namespace]:
@@ -57,8 +70,9 @@ def parse(argv: list[str] | None) -> tuple[ChaosConfig, argparse.Namespace]:
             continue
         default = getattr(d, f.name)
         ap.add_argument("--" + f.name.replace("_", "-"), type=type(default),
-                        default=default,
-                        help=f"{HELP.get(f.name, '')} (default {default})")
+                        default=None if f.name == "min_kills" else default,
+                        help=HELP.get(f.name, "").replace("LAB_KILLS", str(LAB_KILLS))
+                        + ("" if f.name == "min_kills" else f" (default {default})"))
     args = ap.parse_args(argv)
     values = {f.name: getattr(args, f.name) for f in fields(ChaosConfig)
               if hasattr(args, f.name)}
@@ -67,7 +81,10 @@ def parse(argv: list[str] | None) -> tuple[ChaosConfig, argparse.Namespace]:
         idem=os.environ.get("IDEM", "1") == "1",
         ack_delay=float(os.environ.get("ACK_DELAY", "0") or 0))
     if os.environ.get("CHAOS", "1") == "0":
-        values["kill_every"] = 0.0
+        values["kill_every"] = values["kill_every_claims"] = 0
+    if values["min_kills"] is None:
+        values["min_kills"] = (LAB_KILLS if values["kill_every"]
+                               or values["kill_every_claims"] else 0)
     if "ITERS" in os.environ and args.iters == d.iters:
         values["iters"] = int(os.environ["ITERS"])
     try:
@@ -81,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def progress(p: dict) -> None:
         print(f"[{p['elapsed_s']:6.1f} s] {p['done']}/{p['total']} done, "
-              f"kills={p['kills']} ({p['phase']})", file=sys.stderr, flush=True)
+              f"kills={p['kills']} pauses={p['pauses']} ({p['phase']})",
+              file=sys.stderr, flush=True)
 
     try:
         with cli_redis():

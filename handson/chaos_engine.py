@@ -2,9 +2,12 @@
 
 One engine for the lab's `chaos.py`, the book, the grader and the tests. It
 enqueues documents through any module that meets the queue contract, runs
-worker processes (each in its own process group) on it, kills them on a seeded
-schedule and at named crash points, restarts them like a supervisor, stops the
-chaos once the queue is mostly done, waits for the drain, and then judges:
+worker processes (each in its own process group) on it, kills and pauses them
+on a seeded schedule (in seconds, or in claims so that a seed replays the same
+schedule) and at named crash points, restarts them like a supervisor, stops the
+chaos once the queue is mostly done or, with a fault quota, once the quota is
+in (enqueueing more documents until it is; short of it, the run is unknown),
+waits for the drain, and then judges:
 
 - lost: enqueued, never applied, not in the DLQ, once the queue went quiet;
 - applied_twice: more than one effect for a job (the `applied` ledger);
@@ -39,6 +42,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, fields
@@ -86,6 +90,19 @@ class ChaosConfig:
     reapers: int = 0                 # extra processes that only call reap()
     kill_until: float = 0.9          # chaos stops once this fraction is done
     kill_phase_s: float = 0.0        # ... or after this many seconds (0: no cap)
+    # The fault quota. While any part of it is unmet the chaos goes on, and more
+    # documents are enqueued whenever the queue runs low, so the faults and not
+    # the document count set the run's length; past quota_cap_s the chaos stops
+    # anyway and a run short of its quota is "unknown", never a pass.
+    min_kills: int = 0               # engine SIGKILLs at random
+    min_pauses: int = 0              # SIGSTOPs longer than the lease
+    min_crash_kills: int = 0         # self-kills at EACH of crash_points
+    min_reaps: int = 0               # expired leases taken back by reap()
+    quota_cap_s: float = 60.0        # the chaos phase's budget for the quota
+    # Faults keyed to progress instead of the clock: a kill (pause) every ~N
+    # claims, so a seed replays the same schedule on any machine at any speed.
+    kill_every_claims: int = 0
+    pause_every_claims: int = 0
 
     def __post_init__(self):
         from handson.worker import CRASH_POINTS
@@ -97,6 +114,20 @@ class ChaosConfig:
                              f"{', '.join(CRASH_POINTS)}")
         if self.workers < 1 or self.docs < 0:
             raise ValueError("need at least one worker and a non-negative doc count")
+        if self.min_crash_kills and not (self.crash_points and self.crash_p):
+            raise ValueError("min_crash_kills needs crash points and a crash_p")
+        if self.min_kills and not (self.kill_every or self.kill_every_claims):
+            raise ValueError("min_kills needs kill_every or kill_every_claims")
+        if self.min_pauses and not (self.pause_every or self.pause_every_claims):
+            raise ValueError("min_pauses needs pause_every or pause_every_claims")
+
+    @property
+    def quota(self) -> dict[str, int]:
+        """Faults by kind that the run must inject before its chaos may stop."""
+        q = {"kills": self.min_kills, "pauses": self.min_pauses,
+             "reaps": self.min_reaps}
+        q.update({f"crash:{p}": self.min_crash_kills for p in self.crash_points})
+        return {k: v for k, v in q.items() if v}
 
     @property
     def quiet_s(self) -> float:
@@ -105,8 +136,9 @@ class ChaosConfig:
 
     @property
     def chaotic(self) -> bool:
-        return bool(self.kill_every or self.pause_every or
-                    (self.crash_points and self.crash_p))
+        return bool(self.kill_every or self.pause_every or self.kill_every_claims
+                    or self.pause_every_claims or self.quota
+                    or (self.crash_points and self.crash_p))
 
 
 @dataclass
@@ -142,12 +174,48 @@ class Report:
         return (f"done in {s['elapsed_s']:.1f} s, kills={s['kills']}, "
                 f"dlq={s['dlq']}")
 
+    def replay_note(self) -> str:
+        """What the replay command reproduces, said honestly."""
+        c = self.config
+        keyed = [k for k, n in (("kills", c.kill_every_claims),
+                                ("pauses", c.pause_every_claims)) if n]
+        timed = [k for k, n in (("kills", not c.kill_every_claims and c.kill_every),
+                                ("pauses", not c.pause_every_claims
+                                 and c.pause_every)) if n]
+        what = []
+        if keyed:
+            what.append(" and ".join(keyed) + " at the same claim counts")
+        if timed:
+            what.append(" and ".join(timed) + " at the same times")
+        if c.crash_points and c.crash_p:
+            what.append("the same crash-point dice")
+        if not what:
+            return f"seed {c.seed}; replay with:"
+        return (f"seed {c.seed} reproduces the schedule ({'; '.join(what)}); the "
+                "interleaving of the workers may differ. Replay with:")
+
+    def faults_line(self) -> str:
+        """Faults injected by kind, each against its quota when it has one."""
+        f, quota = self.stats["faults"], self.config.quota
+        def one(label: str, key: str, n: int) -> str:
+            return f"{label} {n}" + (f" (quota {quota[key]})" if key in quota else "")
+        parts = [one("kills", "kills", f["kills"]),
+                 one("pauses", "pauses", f["pauses"])]
+        parts += [one(f"at {p}", f"crash:{p}", n)
+                  for p, n in f["crash_kills"].items()]
+        parts.append(one("leases reaped", "reaps", f["leases_reaped"]))
+        return (f"faults injected: {', '.join(parts)}; {self.stats['claims']} "
+                f"claims in {self.stats['chaos_s']:.1f} s of chaos")
+
     def text(self) -> str:
         c, s = self.config, self.stats
-        out = [f"chaos run on {c.queue}: {c.docs} docs, {c.workers} workers, "
+        docs = s.get("enqueued", c.docs)
+        out = [f"chaos run on {c.queue}: {docs} docs, {c.workers} workers, "
                f"IDEM={int(c.idem)}, ACK_DELAY={c.ack_delay}, seed {c.seed}",
                self.headline() + f", crash-point kills={s['crash_kills']}, "
                f"pauses={s['pauses']}"]
+        if "faults" in s:
+            out.append(self.faults_line())
         if self.summary:
             out.append(verify.line(self.summary))
         out += ["", f"verdict: {self.verdict.upper()}"
@@ -164,7 +232,7 @@ class Report:
                 "deliveries per job:   " + _hist(s["delivery_histogram"]),
                 f"commits never acked:  {s['unacked']['died']} (worker died), "
                 f"{s['unacked']['refused']} (ack refused)",
-                "", f"seed {c.seed}; replay with:", f"  {self.replay}"]
+                "", self.replay_note(), f"  {self.replay}"]
         return "\n".join(out)
 
     def to_json(self) -> str:
@@ -190,11 +258,11 @@ def replay_command(cfg: ChaosConfig) -> str:
         env.append(f"ACK_DELAY={cfg.ack_delay}")
     cmd = ["python", "-m", "handson.chaos", str(cfg.workers), "--queue", cfg.queue,
            "--docs", str(cfg.docs), "--seed", str(cfg.seed),
-           "--kill-every", str(cfg.kill_every)]
+           "--kill-every", str(cfg.kill_every), "--min-kills", str(cfg.min_kills)]
     default = ChaosConfig()
     for f in fields(ChaosConfig):
         if f.name in ("queue", "docs", "workers", "kill_every", "seed", "idem",
-                      "ack_delay"):
+                      "ack_delay", "min_kills"):
             continue
         value = getattr(cfg, f.name)
         if value == getattr(default, f.name):
@@ -234,6 +302,12 @@ class _Run:
         self.paused: dict[int, float] = {}           # slot -> resume at
         self.abnormal = 0
         self.phase = "chaos" if cfg.chaotic else "drain"
+        self.tally = _Tally(self.events_dir)
+        self.chaos_s = 0.0              # how long the chaos phase lasted
+        self.batch = None               # (thread, ids, errors) of more documents
+        # (claims seen, fault, slot, when it was due: seconds or claims)
+        self.schedule: list[tuple[int, str, int, float]] = []
+        self.due = 0.0                  # the due point of the fault being injected
 
     # ---- processes -------------------------------------------------------
     def _spawn(self, args: list[str], chaos: bool) -> subprocess.Popen:
@@ -275,9 +349,12 @@ class _Run:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.pid, sig)
 
-    def _kill_slot(self, slot: int) -> None:
+    def _kill_slot(self, slot: int | None) -> None:
+        if slot is None:
+            return
         p = self.procs[slot]
         self.kills.append((time.monotonic_ns(), p.pid))
+        self.schedule.append((self.tally.claims, "kill", slot, self.due))
         self._signal(p, signal.SIGKILL)
         p.wait(timeout=10)
         self.paused.pop(slot, None)
@@ -286,6 +363,7 @@ class _Run:
     def _pause_slot(self, slot: int, seconds: float) -> None:
         p = self.procs[slot]
         self.pauses.append((time.monotonic_ns(), p.pid, seconds))
+        self.schedule.append((self.tally.claims, "pause", slot, self.due))
         self._signal(p, signal.SIGSTOP)
         self.paused[slot] = time.monotonic() + seconds
 
@@ -331,9 +409,69 @@ class _Run:
                 return
             time.sleep(TICK_S)
 
-    def supervise(self, ids: set[str], queue, r) -> tuple[str, str, float]:
-        """Run the chaos and the drain; returns (ending, reason, elapsed_s)."""
+    def _victim(self, rng: random.Random, busy: bool) -> int | None:
+        """A running slot to fault (with `busy`, only one holding a job), or None.
+
+        Paused slots are skipped (a kill too: its lease ran out long ago). Kills
+        take any running worker, so they land anywhere in its loop, inside
+        claim() too; a pause only counts if it makes its worker outlive a lease.
+        """
+        slots = [i for i in range(self.cfg.workers) if i not in self.paused]
+        if busy:
+            slots = [i for i in slots if self.tally.busy.get(self.procs[i].pid)]
+        return slots[rng.randrange(len(slots))] if slots else None
+
+    def faults(self) -> dict[str, int]:
+        """Faults injected so far, by kind (the quota's keys)."""
+        out = {"kills": len(self.kills), "pauses": len(self.pauses),
+               "reaps": self.tally.reaped}
+        out.update({f"crash:{p}": self.tally.crash[p] for p in self.cfg.crash_points})
+        return out
+
+    def short_of_quota(self) -> dict[str, tuple[int, int]]:
+        """kind -> (injected, wanted) for every part of the quota not met yet."""
+        got = self.faults()
+        return {k: (got[k], n) for k, n in self.cfg.quota.items() if got[k] < n}
+
+    def _more(self, start: int, queue) -> None:
+        """Another batch of documents, in a thread so the faults keep coming."""
+        def batch():
+            r = redis_server.connect(self.url, decode_responses=True)
+            try:
+                out.extend(produce.produce(r, queue, max(1, self.cfg.docs),
+                                           self.cfg.poison_every, start=start))
+            except Exception as err:     # judged like any queue error: unknown
+                errors.append(err)
+            finally:
+                r.close()
+
+        out, errors = [], []
+        self.batch = (threading.Thread(target=batch, daemon=True), out, errors)
+        self.batch[0].start()
+
+    def _merge(self, ids: list[str], idset: set[str], wait: bool) -> None:
+        """Take in the batch being produced (once done, or now if `wait`)."""
+        if self.batch is None:
+            return
+        thread, out, errors = self.batch
+        if wait:
+            thread.join()
+        if thread.is_alive():
+            return
+        self.batch = None
+        if errors:
+            raise _Aborted(f"enqueue failed while producing more documents: "
+                           f"{errors[0]!r}")
+        ids.extend(out)
+        idset.update(out)
+
+    def supervise(self, ids: list[str], queue, r) -> tuple[str, str, float]:
+        """Run the chaos and the drain; returns (ending, reason, elapsed_s).
+
+        `ids` grows while the quota is unmet: the run enqueues more documents.
+        """
         cfg = self.cfg
+        idset = set(ids)
         for slot in range(cfg.workers):
             self._start_slot(slot)
         self.reapers = [self._spawn(["--reap-only"], False)
@@ -342,16 +480,28 @@ class _Run:
         self._wait_ready(t0 + 30)
         t_chaos = time.monotonic()      # the schedule starts once workers are up
         gap = lambda mean, rng: mean * rng.uniform(0.5, 1.5)
-        next_kill = (t_chaos + gap(cfg.kill_every, self.kill_rng)
-                     if cfg.kill_every else 0)
-        next_pause = (t_chaos + gap(cfg.pause_every, self.pause_rng)
-                      if cfg.pause_every else 0)
+        # A fault is due when its clock (seconds, or claims seen) passes `due`;
+        # the dues are the seed's alone (a late fault does not shift the rest).
+        by_claims = {"kill": bool(cfg.kill_every_claims),
+                     "pause": bool(cfg.pause_every_claims)}
+        mean = {"kill": cfg.kill_every_claims or cfg.kill_every,
+                "pause": cfg.pause_every_claims or cfg.pause_every}
+        # The due points get their own dice: picking a victim draws from a pool
+        # whose size depends on timing, and must not shift the schedule.
+        rngs = {k: random.Random(f"{k}-due-{cfg.seed}") for k in mean}
+
+        def clock(kind: str, now: float) -> float:
+            return self.tally.claims if by_claims[kind] else now - t_chaos
+
+        due = {k: clock(k, t_chaos) + gap(mean[k], rngs[k]) if mean[k] else None
+               for k in mean}
         pause_s = cfg.pause_s or 1.5 * cfg.lease_s
         next_check = next_report = t0
         done, last_done, last_size, last_activity = 0, -1, -1, t0
         total = len(ids)
         while True:
             now = time.monotonic()
+            self.tally.update()
             for slot, until in list(self.paused.items()):
                 if now >= until:
                     self._signal(self.procs[slot], signal.SIGCONT)
@@ -366,29 +516,47 @@ class _Run:
                 raise _Aborted("workers keep exiting on their own; their log "
                                f"ends with:\n{self._log_tail()}")
             if self.phase == "chaos":
-                if next_kill and now >= next_kill:
-                    self._kill_slot(self.kill_rng.randrange(cfg.workers))
-                    next_kill = now + gap(cfg.kill_every, self.kill_rng)
-                if next_pause and now >= next_pause:
-                    running = [i for i in range(cfg.workers) if i not in self.paused]
-                    if running:
-                        self._pause_slot(self.pause_rng.choice(running), pause_s)
-                    next_pause = now + gap(cfg.pause_every, self.pause_rng)
+                if due["kill"] is not None and clock("kill", now) >= due["kill"]:
+                    self.due = round(due["kill"], 3)
+                    self._kill_slot(self._victim(self.kill_rng, busy=False))
+                    due["kill"] += gap(mean["kill"], rngs["kill"])
+                if due["pause"] is not None and clock("pause", now) >= due["pause"]:
+                    victim = self._victim(self.pause_rng, busy=True)
+                    if victim is not None:         # else: at the next busy tick
+                        self.due = round(due["pause"], 3)
+                        self._pause_slot(victim, pause_s)
+                        due["pause"] += gap(mean["pause"], rngs["pause"])
             if now >= next_check:
                 next_check = now + CHECK_S
-                done = self._done(ids, queue, r)
+                self._merge(ids, idset, wait=self.phase == "drain")
+                total = len(ids)
+                done = self._done(idset, queue, r)
                 size = self._events_size()
                 if done != last_done or (self.phase == "drain" and size != last_size):
                     last_activity = now
                 last_done, last_size = done, size
-                if done == total:
+                running_low = (done >= cfg.kill_until * total
+                               or now - last_activity > cfg.quiet_s)
+                stop_chaos = running_low or (cfg.kill_phase_s and
+                                             now - t_chaos >= cfg.kill_phase_s)
+                if self.phase == "chaos" and cfg.quota and not self.short_of_quota():
+                    stop_chaos = True           # quota in: the faults set the length
+                elif self.phase == "chaos" and self.short_of_quota():
+                    if now - t_chaos < cfg.quota_cap_s:
+                        stop_chaos = False
+                        low = total - done < max(cfg.workers, cfg.docs // 2)
+                        if (low or running_low) and self.batch is None:
+                            self._more(len(ids), queue)
+                            last_activity = now
+                    else:
+                        stop_chaos = True       # the cap: judged "unknown" later
+                if done == total and self.batch is None:
                     return "drained", "", now - t0
-                stop_chaos = (done >= cfg.kill_until * total
-                              or (cfg.kill_phase_s
-                                  and now - t_chaos >= cfg.kill_phase_s)
-                              or now - last_activity > cfg.quiet_s)
                 if self.phase == "chaos" and stop_chaos:
                     self.phase, last_activity = "drain", now
+                    self.chaos_s = now - t_chaos
+                    self._merge(ids, idset, wait=True)
+                    total = len(ids)
                 elif self.phase == "drain" and now - last_activity > cfg.quiet_s:
                     return "quiet", "", now - t0
                 if now - t0 > cfg.drain_timeout_s:
@@ -397,8 +565,54 @@ class _Run:
             if self.progress and now >= next_report:
                 next_report = now + 1.0
                 self.progress({"done": done, "total": total, "kills": len(self.kills),
+                               "pauses": len(self.pauses),
                                "elapsed_s": round(now - t0, 1), "phase": self.phase})
             time.sleep(TICK_S)
+
+
+_DONE_EVENTS = tuple(f'"ev": "{e}"'.encode() for e in (
+    "ack", "ack_refused", "fail", "abandoned", "idle", "start"))
+
+
+class _Tally:
+    """What the workers' logs say so far: claims, crash-point kills, reaps.
+
+    Read incrementally (only whole lines), so the supervisor can key the fault
+    schedule to claims and count the quota every tick.
+    """
+
+    def __init__(self, directory: Path):
+        self.dir, self.offsets = directory, {}
+        self.claims, self.reaped, self.crash = 0, 0, Counter()
+        self.busy: dict[int, bool] = {}     # pid -> holds a job (claimed, not done)
+
+    def update(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.dir):
+                off = self.offsets.get(entry.name, 0)
+                if entry.stat().st_size <= off:
+                    continue
+                with open(entry.path, "rb") as f:
+                    f.seek(off)
+                    chunk = f.read()
+                end = chunk.rfind(b"\n") + 1
+                self.offsets[entry.name] = off + end
+                pid = int(entry.name.split(".")[0])
+                for line in chunk[:end].splitlines():
+                    if b'"ev": "claim"' in line:
+                        self.claims += 1
+                        self.busy[pid] = True
+                    elif any(e in line for e in _DONE_EVENTS):
+                        self.busy[pid] = False
+                    elif b'"ev": "crash_point"' in line or b'"ev": "reap"' in line:
+                        with contextlib.suppress(ValueError):
+                            self._count(json.loads(line))
+
+    def _count(self, e: dict) -> None:
+        if e["ev"] == "crash_point":
+            self.crash[e.get("point", "?")] += 1
+        else:
+            self.reaped += int(e.get("requeued", 0)) + int(e.get("dead", 0))
 
 
 def _read_events(directory: Path) -> list[dict]:
@@ -651,9 +865,11 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
             ids = produce.produce(r, queue, cfg.docs, cfg.poison_every)
             t_enqueued = (t0, time.monotonic_ns())
             try:
-                ending, reason, elapsed = run_.supervise(set(ids), queue, r)
+                ending, reason, elapsed = run_.supervise(ids, queue, r)
             finally:
                 run_.stop_all()
+                with contextlib.suppress(_Aborted):   # a batch still in flight
+                    run_._merge(ids, set(), wait=True)
             dead = list(queue.dead(r))
         except _Aborted as err:
             return _unknown(cfg, str(err), empty, run_)
@@ -670,8 +886,11 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
             run_.stop_all()
         judge = _Judge(run_, ids, t_enqueued, dead, t0)
         invariants = judge.invariants(ending)
+        short = run_.short_of_quota()
         if any(inv.ok is False for inv in invariants.values()):
             verdict = "invalid"
+        elif short:
+            verdict, reason = "unknown", _short_reason(short, run_.chaos_s or elapsed)
         elif ending in ("drained", "quiet") and not run_.abnormal:
             verdict = "valid"
         else:
@@ -682,8 +901,37 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
                           f"{run_._log_tail()}")
         stats = judge.stats(elapsed)
         stats["worker_errors"] = run_.abnormal
+        stats.update(_fault_stats(run_, elapsed, len(ids)))
         return Report(cfg, verdict, reason, invariants, stats, replay_command(cfg),
                       [p.pid for p in run_.started], judge.summary)
+
+
+def _short_reason(short: dict[str, tuple[int, int]], chaos_s: float) -> str:
+    parts = ", ".join(f"{got} of {want} {_kind(k)}" for k, (got, want) in
+                      short.items())
+    return (f"too few faults to judge: {parts} in {chaos_s:.1f} s of chaos; the "
+            "queue may be too slow, or blocked (see quota_cap_s)")
+
+
+def _kind(key: str) -> str:
+    return (f"kills at crash point {key[6:]}" if key.startswith("crash:")
+            else {"reaps": "leases reaped"}.get(key, key))
+
+
+def _fault_stats(run_: _Run, elapsed: float, enqueued: int) -> dict:
+    """The faults injected by kind, the quota, and the run's size (additive)."""
+    got = run_.faults()
+    return {"faults": {"kills": got["kills"], "pauses": got["pauses"],
+                       "crash_kills": {p: got[f"crash:{p}"]
+                                       for p in run_.cfg.crash_points},
+                       "leases_reaped": got["reaps"]},
+            "quota": run_.cfg.quota, "quota_short": {
+                k: {"injected": g, "wanted": w}
+                for k, (g, w) in run_.short_of_quota().items()},
+            "claims": run_.tally.claims, "enqueued": enqueued,
+            "schedule": [{"at_claims": c, "fault": f, "slot": s, "due": d}
+                         for c, f, s, d in run_.schedule],
+            "chaos_s": round(run_.chaos_s or elapsed, 2)}
 
 
 def _unknown(cfg: ChaosConfig, reason: str, stats: dict, run_: _Run | None = None

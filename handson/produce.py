@@ -18,10 +18,11 @@ def doc_text(i: int, poison_every: int = 1000) -> str:
     return f"doc {i}" + (" POISON" if poison else "")
 
 
-def produce(r, queue: ModuleType, n: int, poison_every: int = 1000) -> list[str]:
-    """Enqueue docs 0..n-1 through the contract; returns their job ids."""
+def produce(r, queue: ModuleType, n: int, poison_every: int = 1000,
+            start: int = 0) -> list[str]:
+    """Enqueue docs start..start+n-1 through the contract; returns their job ids."""
     ids = []
-    for i in range(n):
+    for i in range(start, start + n):
         job_id = f"doc-{i}"
         queue.enqueue(r, {"doc_id": i, "text": doc_text(i, poison_every)},
                       job_id=job_id)

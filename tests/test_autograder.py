@@ -269,3 +269,26 @@ def test_unknown_chaos_verdict_is_never_a_pass():
                for o in outcomes)
     assert set(invariants.values()) == {None}
     assert replay == "python -m handson.chaos 4 --queue myqueue.py"
+
+
+def test_replay_command_points_at_a_module_the_learner_has(tmp_path, monkeypatch):
+    """The judged module's directory is gone after grading: keep a copy to replay."""
+    from autograder import claim_ack_reap
+    from autograder.grade import replayable
+
+    judged, here = tmp_path / "judged", tmp_path / "course"
+    judged.mkdir()
+    (here / "a2").mkdir(parents=True)
+    (judged / "myqueue.py").write_text("# the judged queue\n")
+    nb = here / "a2" / "claim_ack_reap.ipynb"
+    monkeypatch.chdir(here)
+    cmd = "python -m handson.chaos 4 --queue myqueue.py --seed 1"
+    out = replayable(cmd, claim_ack_reap, judged, nb)
+    assert out == "python -m handson.chaos 4 --queue a2/replay-myqueue.py --seed 1"
+    assert (here / "a2" / "replay-myqueue.py").read_text() == "# the judged queue\n"
+    (here / "a2" / "myqueue.py").write_text("# the judged queue\n")   # the same
+    assert "--queue a2/myqueue.py " in replayable(cmd, claim_ack_reap, judged, nb)
+    (here / "a2" / "myqueue.py").write_text("# edited since\n")       # never clobbered
+    assert "--queue a2/replay-myqueue.py " in replayable(cmd, claim_ack_reap, judged,
+                                                          nb)
+    assert (here / "a2" / "myqueue.py").read_text() == "# edited since\n"

@@ -112,10 +112,12 @@ SHOWS = {
 }
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("name", list(BROKEN))
-def test_broken_queue_is_invalid_with_the_right_invariant(name, redis_url):
+def test_broken_queue_is_invalid_with_the_right_invariant(name, seed, redis_url):
+    """In every run: each broken queue's run has a fault quota that shows it."""
     overrides, invariant = BROKEN[name]
-    cfg = ChaosConfig(queue=str(CORPUS / f"{name}.py"), seed=1, **overrides)
+    cfg = ChaosConfig(queue=str(CORPUS / f"{name}.py"), seed=seed, **overrides)
     report = _run(cfg, redis_url)
     broken = report.invariants[invariant]
     assert report.verdict == "invalid", report.text()
@@ -258,3 +260,84 @@ def ack(r, job_id, attempt):
     assert report.verdict == "unknown", report.text()
     assert report.stats["worker_errors"] >= 1
     assert "ack is broken" in report.reason
+
+
+# --- the fault quota: faults, not documents, set a run's length -----------------
+
+def test_quota_keeps_the_chaos_going_and_reports_faults_by_kind(redis_url):
+    """10 documents cannot hold 6 kills and 2 pauses: the run enqueues more."""
+    cfg = ChaosConfig(docs=10, workers=2, kill_every=0, kill_every_claims=4,
+                      pause_every_claims=9, pause_s=0.6, min_kills=6, min_pauses=2,
+                      crash_points=("after-commit",), crash_p=0.1, min_crash_kills=1,
+                      lease_s=0.3, iters=500, seed=5)
+    report = _run(cfg, redis_url)
+    assert report.verdict == "valid", report.text()
+    f = report.stats["faults"]
+    assert f["kills"] >= 6 and f["pauses"] >= 2, f
+    assert f["crash_kills"]["after-commit"] >= 1, f
+    assert report.stats["quota_short"] == {}
+    assert report.stats["enqueued"] > cfg.docs                  # more were produced
+    assert report.stats["claims"] >= 4 * 6
+    text = report.text()
+    assert f"faults injected: kills {f['kills']} (quota 6), pauses {f['pauses']} " \
+           "(quota 2)" in text
+    assert f"at after-commit {f['crash_kills']['after-commit']} (quota 1)" in text
+    data = json.loads(report.to_json())
+    assert data["stats"]["faults"] == f and data["stats"]["quota"] == cfg.quota
+
+
+def test_run_short_of_its_quota_is_unknown_never_a_pass(redis_url):
+    """A correct queue, but the cap ends the chaos before 500 kills: unknown."""
+    cfg = ChaosConfig(docs=20, workers=2, kill_every=0, kill_every_claims=3,
+                      min_kills=500, quota_cap_s=1.5, lease_s=0.3, iters=500)
+    report = _run(cfg, redis_url)
+    assert report.verdict == "unknown" and report.exit_code == 2, report.text()
+    assert "too few faults to judge" in report.reason
+    assert "of 500 kills" in report.reason
+    short = report.stats["quota_short"]["kills"]
+    assert short["wanted"] == 500 and short["injected"] < 500
+    assert all(inv.ok is not False for inv in report.invariants.values())
+
+
+def test_quota_needs_a_way_to_inject_it():
+    with pytest.raises(ValueError, match="min_kills needs"):
+        ChaosConfig(kill_every=0, min_kills=3)
+    with pytest.raises(ValueError, match="min_crash_kills needs"):
+        ChaosConfig(min_crash_kills=3)
+
+
+def test_cli_default_run_has_a_kill_quota_unless_chaos_is_off():
+    from handson.chaos import LAB_KILLS
+
+    assert chaos.parse(["4"])[0].min_kills == LAB_KILLS
+    assert chaos.parse(["4", "--min-kills", "0"])[0].min_kills == 0
+    os.environ["CHAOS"] = "0"
+    try:
+        cfg = chaos.parse(["4"])[0]
+    finally:
+        del os.environ["CHAOS"]
+    assert cfg.min_kills == 0 and not cfg.kill_every
+
+
+def test_replay_command_as_printed_replays_a_failing_run(redis_url):
+    """The printed command, run by a shell, breaks the same invariant again."""
+    cfg = ChaosConfig(queue=str(CORPUS / "claim_two_trips.py"), docs=40, workers=2,
+                      kill_every=0, kill_every_claims=6, min_kills=6,
+                      crash_points=("mid-call",), crash_p=0.03, min_crash_kills=3,
+                      lease_s=0.5, iters=500, seed=3)
+    first = _run(cfg, redis_url)
+    assert first.invariants["lost"].ok is False, first.text()
+    assert "reproduces the schedule" in first.text()
+    assert "interleaving of the workers may differ" in first.text()
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # venv
+    res = subprocess.run(first.replay + " --json", shell=True, env=env,
+                         capture_output=True, text=True, timeout=180)
+    again = json.loads(res.stdout)
+    assert again["invariants"]["lost"]["ok"] is False, res.stderr[-2000:]
+    assert res.returncode == 1
+    def dues(schedule):
+        return [s["due"] for s in schedule if s["fault"] == "kill"]
+    before, after = dues(first.stats["schedule"]), dues(again["stats"]["schedule"])
+    n = min(len(before), len(after))
+    assert n >= 6 and before[:n] == after[:n]      # the seed's schedule, again
