@@ -13,6 +13,24 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ALT_STREAMS = (HERE.parent / "queues" / "alt_streams.py").read_text()
+CLAIM_ON_WORKER_CLOCK = '''
+def claim(r, lease_s):
+    """The lease deadline from this machine's clock: the reaper uses another."""
+    import time
+    script = """
+    local id = redis.call('RPOP', KEYS[1])
+    if not id then return false end
+    local n = redis.call('HINCRBY', KEYS[3] .. id, 'attempts', 1)
+    redis.call('ZADD', KEYS[2], tonumber(ARGV[1]), id)
+    return {id, redis.call('HGET', KEYS[3] .. id, 'payload'), n}
+    """
+    deadline_ms = round((time.time() + lease_s) * 1000)
+    row = r.eval(script, 3, PENDING, LEASES, JOB, deadline_ms)
+    if not row:
+        return None
+    job_id, payload, attempt = row
+    return _text(job_id), json.loads(payload), int(attempt)
+'''
 
 SUBMISSIONS = {
     # --- assignment 1 -----------------------------------------------------------
@@ -253,6 +271,22 @@ def reap(r, max_attempts=3):
         loses={"save_atomic": "ONE transaction"},
         keeps=["relay_nothing_lost", "relay_kills_effects_once", "effects_once",
                "no_skip_out_of_order"]),
+    "a3_no_final_lease_check": dict(
+        assignment="heartbeats",
+        edits={"heartbeat": [(
+            "    return bool(queue.extend(r, job_id, attempt, lease_s))\n",
+            "    return True\n")]},
+        loses={"final_lease_check": "once more"},
+        keeps=["zombie_extend_refused", "extend_does_not_resurrect",
+               "heartbeat_keeps_lease", "deadline_from_server_clock",
+               "stops_when_lease_lost", "long_jobs_run_once"]),
+    "a2_deadline_from_worker_clock": dict(
+        assignment="claim_ack_reap",
+        edits={"myqueue": [("def", "claim", CLAIM_ON_WORKER_CLOCK)]},
+        loses={"deadline_from_server_clock": "1 h behind"},
+        keeps=["claim_returns_payload_and_attempt", "attempt_grows",
+               "zombie_ack_refused", "reap_requeues_expired",
+               "killed_attempt_counts", "bound_refuses"]),
     "a3_heartbeat_never_stops": dict(
         assignment="heartbeats",
         edits={"heartbeat": [("def", "run_with_heartbeat", '''
@@ -281,6 +315,16 @@ def run_with_heartbeat(r, queue, job_id, attempt, lease_s, work):
 
 # Correct, and written differently from the solution: must score full marks.
 CORRECT = {
+    # publishes with an idempotent job id (a fresh Redis per run is what lets
+    # the row ids of fresh tables be published again), in batches of 7
+    "outbox_idempotent_ids": dict(
+        assignment="outbox_relay",
+        edits={"myoutbox": [
+            ("def relay_once(db, r, queue, pause, batch=100):",
+             "def relay_once(db, r, queue, pause, batch=7):"),
+            ("outbox_id})\n        pause(",
+             "outbox_id},\n                      job_id=f\"outbox-{outbox_id}\")\n"
+             "        pause(")]}),
     "a2_alt_streams": dict(
         assignment="claim_ack_reap",
         edits={"myqueue": [("cell", "%%writefile myqueue.py\n" + ALT_STREAMS)]}),
