@@ -1,9 +1,9 @@
 """The autograder and the nbgrader pipeline, end to end.
 
 Solutions score full marks and untouched exercises score zero, through
-`python -m autograder grade`; `exercises/` is exactly what `nbgrader
-generate_assignment` makes from `solutions/`; `nbgrader autograde` gives the
-same points per check; the sandbox kills what a submission leaves behind.
+`python -m autograder grade` (the release itself: test_release.py);
+`nbgrader autograde` gives the same points per check; the sandbox kills what
+a submission leaves behind.
 Each notebook is graded once (module-scoped fixtures) and asserted on several
 times. The wrong submissions are in test_autograder_corpus.py.
 """
@@ -69,28 +69,6 @@ def test_grade_cells_are_the_checks(name):
         assert c.metadata.nbgrader.locked
         assert f"check({c.metadata.nbgrader.grade_id!r})" in c.source
     assert [notebook.role(c) for c in nb.cells].count("check") == 1
-
-
-def test_exercises_are_generated_exactly(tmp_path):
-    """`nbgrader generate_assignment` remakes exercises/ byte for byte.
-
-    Nothing is normalised: nbgrader's output here is deterministic (fixed
-    cell ids in the source, checksums of content only).
-    """
-    for name in WITH_SOURCE:
-        out = tmp_path / name
-        res = _nbgrader("generate_assignment", name, "--force", "--no-db",
-                        f"--CourseDirectory.release_directory={out}",
-                        "--log-level=WARN", cwd=ROOT)
-        assert res.returncode == 0, res.stderr[-2000:]
-        made = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
-        have = sorted(p.relative_to(notebook.RELEASE_DIR)
-                      for p in (notebook.RELEASE_DIR / name).rglob("*") if p.is_file())
-        assert made == have, f"{name}: files differ; run `make exercises`"
-        for rel in made:
-            assert (out / rel).read_bytes() == (notebook.RELEASE_DIR / rel
-                                                ).read_bytes(), (
-                f"exercises/{rel} drifted from solutions/; run `make exercises`")
 
 
 # --- solutions and exercises through `python -m autograder grade` -----------------
@@ -268,3 +246,14 @@ def test_unknown_chaos_verdict_is_never_a_pass():
                for o in outcomes)
     assert set(invariants.values()) == {None}
     assert replay == "python -m handson.chaos 4 --queue myqueue.py"
+
+
+def test_a_killed_runner_is_named_as_the_cause_not_a_warning():
+    """The runner killed by a signal before it reported: say so, and leave out
+    the kernel's log lines that were its last output."""
+    from autograder.grade import _execution_problems
+
+    fin = sandbox.Finished(["runner"], -9, "", "[IPKernelApp] WARNING | Kernel is "
+                           "running over TCP without encryption.\n", False, 3.0)
+    [problem] = _execution_problems({}, fin, 120)
+    assert "killed by signal SIGKILL" in problem and "TCP" not in problem
