@@ -18,6 +18,7 @@ give the same points from the same code.
 
 import os
 import sys
+import warnings
 
 c = get_config()  # noqa: F821 - injected by nbgrader/traitlets
 
@@ -32,9 +33,16 @@ c.CourseDirectory.release_directory = "exercises"
 _BIN = os.path.dirname(sys.executable)
 if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+# nbgrader's own gradebook code trips SQLAlchemy's autoflush warning ("Object
+# of type <SubmittedAssignment> not in session ... will not proceed") on every
+# autograde: harmless, and not the instructor's business. Only that one.
+warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session")
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__",
                             "myqueue.py", "heartbeat.py", "*.db", "*.jsonl"]
 # Each step of the chaos run and the contract checks has its own limit; this
 # one only stops a grade cell that somehow outlives all of them.
 c.ExecutePreprocessor.timeout = 300
 c.Execute.timeout = 300
+# The kernel's own log lines ("Kernel is running over TCP without encryption")
+# are not the learner's business; its errors still show.
+c.Execute.extra_arguments = ["--log-level=ERROR"]

@@ -167,6 +167,8 @@ def test_the_instructor_steps_run_as_written(tmp_path, with_venv):
         assert res.returncode == 0, (command, res.stdout[-1500:],
                                      res.stderr[-2500:])
         assert "Traceback" not in res.stderr, (command, res.stderr[-2500:])
+        noise = [w for w in ("SAWarning", "over TCP") if w in res.stderr]
+        assert not noise, (command, noise, res.stderr[-2500:])
     assert (course / "exercises" / name / f"{name}.ipynb").exists()
     assert list((course / "autograded" / student / name).glob("*.ipynb"))
     feedback = list((course / "feedback" / student / name).glob("*.html"))
