@@ -99,9 +99,14 @@ def missed_pause(error: str, where: str = "") -> str:
         return error
     point, n, got, stderr = m.groups()
     call = f'pause("{point}"' + (", n" if n else "") + ")"
+    finished = f"it printed {got[:200]}"
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        data = json.loads(got.strip("'\""))
+        if "outcome" in data:
+            finished = f"your function returned {data['outcome']!r}"
     text = (f"your code never called {call}{where}: the grader crashes the worker "
             "at that exact point, so the case cannot run without it. The worker "
-            f"went on and finished instead (it printed {got[:200]})")
+            f"went on to the end instead ({finished})")
     stderr = stderr.strip()
     if stderr and stderr != "(still running)":
         text += f"; its error output: {stderr[-300:]}"

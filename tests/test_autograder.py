@@ -257,3 +257,14 @@ def test_a_killed_runner_is_named_as_the_cause_not_a_warning():
                            "running over TCP without encryption.\n", False, 3.0)
     [problem] = _execution_problems({}, fin, 120)
     assert "killed by signal SIGKILL" in problem and "TCP" not in problem
+
+
+def test_a_missed_pause_point_is_said_in_learner_words():
+    from autograder.checks import missed_pause
+
+    raw = ("expected 'paused after-claim' from worker 12 (replay_matrix --job m.py "
+           "...), got '{\"outcome\": \"sent\", \"pid\": 9}'; stderr: ")
+    text = missed_pause(raw)
+    assert 'never called pause("after-claim")' in text and "returned 'sent'" in text
+    assert "worker 12" not in text and "expected 'paused" not in text
+    assert missed_pause("database is locked") == "database is locked"
