@@ -25,10 +25,20 @@ test: book
 	$(BIN)/python -m pytest
 
 ## exercises: regenerate exercises/ from solutions/ (never edit exercises/ by hand)
+## From a clean copy holding only the source notebooks, so nothing a notebook
+## wrote when it ran (myqueue.py, myoutbox.py, databases) reaches the release.
+## Each assignment is recorded in $(GRADEBOOK), which `nbgrader autograde` reads.
+RELEASE ?= $(CURDIR)/exercises
+GRADEBOOK ?= $(CURDIR)/gradebook.db
 exercises: $(STAMP)
-	@for a in $$(ls solutions); do \
-	  $(BIN)/nbgrader generate_assignment $$a \
-	    --force --no-db --log-level=WARN || exit 1; \
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	cp nbgrader_config.py "$$tmp/" && \
+	for a in $$(ls solutions); do \
+	  mkdir -p "$$tmp/solutions/$$a" && \
+	  cp "solutions/$$a/$$a.ipynb" "$$tmp/solutions/$$a/" && \
+	  (cd "$$tmp" && nbgrader generate_assignment $$a --force --log-level=ERROR \
+	    --CourseDirectory.release_directory="$(abspath $(RELEASE))" \
+	    --CourseDirectory.db_url="sqlite:///$(abspath $(GRADEBOOK))") || exit 1; \
 	done
 
 ## bench: no-op jobs through the reference queue, RQ, Celery, huey, dramatiq

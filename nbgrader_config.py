@@ -1,13 +1,24 @@
 """nbgrader for the course: solutions/ is the source, exercises/ the release.
 
-    nbgrader generate_assignment claim_ack_reap --force --no-db   # -> exercises/
-    nbgrader autograde claim_ack_reap      # submitted/<student>/claim_ack_reap/
+The instructor's steps, from the repository root (the book's "Doing the
+exercises" page and the README give the same ones; a test runs them):
 
-The grade cells call `autograder` checks, so `nbgrader autograde` and
-`python -m autograder grade` give the same points from the same code.
+    make exercises          # solutions/ -> exercises/, each assignment recorded
+                            # in gradebook.db (nbgrader's database)
+    .venv/bin/nbgrader db student add ada
+    # collect: submitted/ada/claim_ack_reap/claim_ack_reap.ipynb
+    .venv/bin/nbgrader autograde claim_ack_reap
+    .venv/bin/nbgrader generate_feedback claim_ack_reap
+
+`make exercises` generates from a clean copy holding only the notebooks, so
+nothing a notebook wrote when it ran reaches the release. The grade cells call
+`autograder` checks, so `nbgrader autograde` and `python -m autograder grade`
+give the same points from the same code.
 """
 
 import os
+import sys
+import warnings
 
 c = get_config()  # noqa: F821 - injected by nbgrader/traitlets
 
@@ -15,6 +26,17 @@ c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = "effectively-once"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
+# The gradebook (gradebook.db at the root): nbgrader runs `alembic` by name
+# when it creates one, so the environment's bin/ must be on PATH even when
+# nbgrader was started as .venv/bin/nbgrader (else generate_assignment removes
+# the old release and then fails).
+_BIN = os.path.dirname(sys.executable)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+# nbgrader's own gradebook code trips SQLAlchemy's autoflush warning ("Object
+# of type <SubmittedAssignment> not in session ... will not proceed") on every
+# autograde: harmless, and not the instructor's business. Only that one.
+warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session")
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__",
                             "myqueue.py", "heartbeat.py", "*.db", "*.jsonl"]
 # Each step of the chaos run and the contract checks has its own limit; this
@@ -34,3 +56,6 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
+# The kernel's own log lines ("Kernel is running over TCP without encryption")
+# are not the learner's business; its errors still show.
+c.Execute.extra_arguments = ["--log-level=ERROR"]

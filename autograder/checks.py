@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -78,6 +79,38 @@ class Evaluation:
     problems: list[str] = field(default_factory=list)
     invariants: dict = field(default_factory=dict)
     replay: str = ""
+
+
+_MISSED_PAUSE = re.compile(
+    r"expected 'paused ([\w-]+)( \d+)?' from worker \d+ \(.*?\), got (.*?); "
+    r"stderr: (.*)", re.S)
+
+
+def missed_pause(error: str, where: str = "") -> str:
+    """A worker that never reached its named pause point, said in learner words.
+
+    The lab's workers announce `paused POINT` when the learner's code calls
+    pause(POINT); the grader kills them there. A worker that ran past the
+    point says something else, and the raw protocol text would mean nothing
+    to the learner. Any other error comes back unchanged.
+    """
+    m = _MISSED_PAUSE.search(error)
+    if m is None:
+        return error
+    point, n, got, stderr = m.groups()
+    call = f'pause("{point}"' + (", n" if n else "") + ")"
+    finished = f"it printed {got[:200]}"
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        data = json.loads(got.strip("'\""))
+        if "outcome" in data:
+            finished = f"your function returned {data['outcome']!r}"
+    text = (f"your code never called {call}{where}: the grader crashes the worker "
+            "at that exact point, so the case cannot run without it. The worker "
+            f"went on to the end instead ({finished})")
+    stderr = stderr.strip()
+    if stderr and stderr != "(still running)":
+        text += f"; its error output: {stderr[-300:]}"
+    return text
 
 
 def not_run(checks, reason: str) -> list[Outcome]:

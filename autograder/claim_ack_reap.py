@@ -33,6 +33,8 @@ CONTRACT_CHECKS = [
     Check("zombie_fail_refused", 1, "a fail from an expired attempt is refused"),
     Check("owner_ack_after_zombie", 1, "the current owner's ack still succeeds"),
     Check("reap_requeues_expired", 1, "reap puts expired leases back to pending"),
+    Check("deadline_from_server_clock", 1,
+          "lease deadlines follow the Redis server's clock, not the worker's"),
     Check("reap_atomic_concurrent", 2,
           "concurrent reapers requeue each expired job once"),
     Check("claim_atomic_concurrent", 2,

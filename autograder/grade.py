@@ -16,6 +16,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -26,6 +27,15 @@ import nbformat
 from autograder import assignments, notebook, sandbox
 from autograder.checks import GradeResult, Outcome, outcome
 from handson.redis_server import EmbeddedRedis
+
+_NOISE = ("Kernel is running over TCP", "susceptible to eavesdropping",
+          "SAWarning", "MovedIn20Warning", "warnings.warn(")
+
+
+def _learner_lines(text: str) -> str:
+    """Output with the lines that are not the learner's business left out."""
+    return "\n".join(line for line in text.splitlines()
+                     if not any(n in line for n in _NOISE)).strip()
 
 
 def replayable(replay: str, module, workdir: Path, nb_path: Path) -> str:
@@ -67,10 +77,20 @@ def _execution_problems(summary: dict, finished: sandbox.Finished,
     if finished.timed_out:
         problems.append(f"the notebook did not finish within {timeout:.0f} s and was "
                         "killed")
-    elif not summary and finished.returncode != 0 and not finished.problems():
-        problems.append(f"the notebook runner ended (exit {finished.returncode}) "
-                        "before it finished, killed by the notebook's own code? "
-                        + finished.tail(400))
+    elif finished.problems():
+        pass        # the sandbox named what happened (above)
+    elif not summary and finished.returncode is not None and finished.returncode < 0:
+        sig = -finished.returncode
+        name = signal.Signals(sig).name if sig in signal.valid_signals() else sig
+        problems.append(f"the notebook runner was killed by signal {name} before "
+                        "it could report (the memory limit, or something killed "
+                        "it from outside); its last words: "
+                        + (_learner_lines(finished.tail(1200))[-300:] or "none"))
+    elif not summary and finished.returncode != 0:
+        problems.append("the notebook could not be executed: "
+                        + (_learner_lines(finished.tail(1200))[-400:] or
+                           f"the runner ended with exit code {finished.returncode}"
+                           " and said nothing"))
     if finished.leftovers:
         shown = "; ".join(finished.leftovers[:3])
         problems.append(f"the notebook left {len(finished.leftovers)} process(es) "

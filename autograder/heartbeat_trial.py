@@ -19,6 +19,9 @@ Three trials, each judged from the events the worker processes log:
 - stops: run_with_heartbeat against a queue whose extend starts answering
   False must stop the work and return False within a few heartbeats, and
   leave no thread running.
+- final_check: the lease is lost just as the work returns (a worker frozen
+  after its last heartbeat): run_with_heartbeat must ask once more and return
+  False, as the notebook says ("True only if ... the lease is still yours").
 """
 
 from __future__ import annotations
@@ -252,10 +255,42 @@ def stops(module: str, url: str) -> dict:
             - before, "error": error}
 
 
+class _LostAtTheEnd:
+    """A queue whose extend says yes while the work runs, and no once it is done."""
+
+    def __init__(self):
+        self.work_done, self.during, self.after = False, 0, 0
+
+    def extend(self, r, job_id, attempt, lease_s) -> bool:
+        if self.work_done:
+            self.after += 1
+            return False
+        self.during += 1
+        return True
+
+
+def final_check(module: str, url: str) -> dict:
+    q, r = load_queue(module), connect(url)
+    fake = _LostAtTheEnd()
+
+    def work(stop: threading.Event) -> None:
+        time.sleep(LEASE_S / 2)          # one heartbeat or so while it runs
+        fake.work_done = True            # ... and the lease is gone as it ends
+
+    try:
+        held = q.run_with_heartbeat(r, fake, "job-f", 1, LEASE_S, work)
+        error = ""
+    except Exception as err:  # noqa: BLE001 - the learner's code
+        held, error = None, f"{type(err).__name__}: {err}"
+    return {"held": held, "extends_during": fake.during,
+            "extends_after": fake.after, "error": error}
+
+
 def trial(module: str, url: str) -> dict:
     out = {}
     with tempfile.TemporaryDirectory(prefix="eo-hb-") as tmp:
         for name, fn in (("stops", lambda: stops(module, url)),
+                         ("final_check", lambda: final_check(module, url)),
                          ("long_jobs", lambda: long_jobs(module, url, Path(tmp))),
                          ("frozen", lambda: frozen(module, url, Path(tmp)))):
             if "NotImplementedError" in out.get("stops", {}).get("error", ""):

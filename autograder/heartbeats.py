@@ -38,6 +38,8 @@ CONTRACT_CHECKS = [
           "a late heartbeat never brings back a reaped lease"),
     Check("heartbeat_keeps_lease", 1,
           "heartbeats at lease/3 keep a lease for 10 leases"),
+    Check("deadline_from_server_clock", 1,
+          "extend's deadline follows the Redis server's clock, not the worker's"),
 ]
 TRIAL_CHECKS = [
     Check("stops_when_lease_lost", 2,
@@ -47,6 +49,8 @@ TRIAL_CHECKS = [
     Check("frozen_worker_refused", 3,
           "a worker frozen past its lease stops on waking; its ack is refused; "
           "one effect"),
+    Check("final_lease_check", 1,
+          "the lease is checked once more after the work returns"),
 ]
 CHECKS = CONTRACT_CHECKS + TRIAL_CHECKS
 TRIAL_TIMEOUT_S = 120
@@ -141,6 +145,25 @@ def _trial_outcomes(data: dict) -> list:
                 "frozen worker: held=False, ack refused; the job's effect once",
                 f"held={held}, ack ok={stale_ack}, effects={n_effects}",
                 [witness] + fz.get("errors", [])[:1]))
+
+    fc = data.get("final_check", {"crashed": "the trial did not report"})
+    c = by["final_lease_check"]
+    if "crashed" in fc:
+        out.append(outcome(c, False, "the trial could not run: " + fc["crashed"]))
+    elif fc["error"]:
+        out.append(outcome(c, False, f"run_with_heartbeat raised {fc['error']}"))
+    elif fc["held"] is not False:
+        out.append(outcome(
+            c, False, "the lease was lost just as the work finished (as for a "
+            "worker frozen after its last heartbeat), and run_with_heartbeat "
+            "still said the job was yours. After `work` returns, call "
+            "queue.extend once more and return False if it says no: return True "
+            "only if the work finished and the lease is still yours.",
+            "returns False (the last extend, after the work, said no)",
+            f"returned {fc['held']!r}; extend called {fc['extends_during']} "
+            f"time(s) while the work ran and {fc['extends_after']} after"))
+    else:
+        out.append(outcome(c, True))
     return out
 
 
@@ -176,7 +199,7 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
         why = (f"did not finish in {TRIAL_TIMEOUT_S} s" if fin.timed_out
                else f"ended without a report: {fin.tail(300)}")
         data = {k: {"crashed": f"the heartbeat trial {why}"}
-                for k in ("stops", "long_jobs", "frozen")}
+                for k in ("stops", "final_check", "long_jobs", "frozen")}
     problems = [f"left behind (killed): {x}" for x in (left + fin.leftovers)[:3]]
     return Evaluation(outcomes + _trial_outcomes(data), problems)
 

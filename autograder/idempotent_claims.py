@@ -30,6 +30,7 @@ from autograder.checks import (
     Evaluation,
     ModuleFile,
     Outcome,
+    missed_pause,
     not_run,
     outcome,
 )
@@ -108,7 +109,10 @@ def _case(obs: dict, name: str) -> tuple[dict | None, str]:
     if data is None:
         return None, obs.get("error", f"case {name} did not report")
     if "error" in data:
-        return None, f"case {name}: a worker failed: {data['error'][-600:]}"
+        err = missed_pause(data["error"])
+        if err != data["error"]:
+            return None, f"case {name}: {err}"
+        return None, f"case {name}: a worker failed: {err[-600:]}"
     return data, ""
 
 

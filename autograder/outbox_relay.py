@@ -29,6 +29,7 @@ from autograder.checks import (
     Evaluation,
     ModuleFile,
     Outcome,
+    missed_pause,
     not_run,
     outcome,
 )
@@ -79,9 +80,11 @@ def _run(obs: dict, name: str) -> tuple[dict | None, str]:
     if data is None:
         return None, obs.get("error", f"{name} did not report")
     if "error" in data:
-        err = data["error"][-600:]
-        if "expected 'paused between" in err:
+        err = missed_pause(data["error"])
+        if err != data["error"]:
             err += f"; {PAUSE_HINT}"
+        else:
+            err = err[-600:]
         return None, f"{name}: {err}"
     return data, ""
 

@@ -49,7 +49,10 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float) -> dict:
                           "evalue": "the cell ran past its time limit and was "
                                     "interrupted (an endless loop?)",
                           "traceback": []},
-        shutdown_kernel="immediate")
+        shutdown_kernel="immediate",
+        # the kernel's own log lines (e.g. "Kernel is running over TCP without
+        # encryption") are not the learner's business; its errors still show
+        extra_arguments=["--log-level=ERROR"])
     summary: dict = {"errors": [], "timed_out": [], "kernel_died": None,
                      "executed": 0}
     try:

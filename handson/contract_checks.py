@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from handson.contract import ContractError, load_queue
+from handson.learner_module import SKEW_ENV
 from handson.redis_server import cli_redis, connect, die_with_parent, redis_url
 
 LEASE = 0.25        # short leases keep the checks quick ...
@@ -348,6 +349,78 @@ def _reap_requeues(q, r, url):
     _need(ids == ["doc-0", "doc-1", "doc-2"] and all(j[2] == 2 for j in again),
           f"claimed again: {sorted(again)}", "each job once more, attempt 2")
     return "(0, 0) before, (3, 0) after; attempt 2"
+
+
+def _skewed_call(spec: str, url: str, skew: float, call: tuple, conn) -> None:
+    """In a child process whose wall clock is `skew` s off: one claim or extend."""
+    os.environ[SKEW_ENV] = repr(skew)
+    q = load_queue(spec)
+    r = _client(url)
+    if call[0] == "claim":
+        job = q.claim(r, call[1])
+        conn.send(None if job is None else list(job))
+    else:
+        conn.send(bool(q.extend(r, *call[1:])))
+
+
+def _with_clock(url: str, skew: float, *call):
+    """Run `call` in a child whose clock is `skew` s off; its answer."""
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_skewed_call, args=(_SPEC[0], url, skew, call, child))
+    p.start()
+    child.close()
+    answer = parent.recv() if parent.poll(10) else "no answer"
+    p.kill()
+    p.join(5)
+    parent.close()
+    return answer
+
+
+SERVER_CLOCK_HINT = ("compute every deadline inside the script from the Redis "
+                     "server's clock (redis.call('TIME')), never from time.time() "
+                     "in the worker: each machine's clock is off by its own amount, "
+                     "and only the server's is the same for every worker and reaper")
+
+
+@_check("deadline_from_server_clock",
+        "workers whose clocks are an hour behind or ahead: a 30 s lease they claim "
+        "or extend is not reaped at once, and a 0.25 s one is reaped once it has "
+        "expired")
+def _server_clock(q, r, url):
+    hour = 3600.0
+    for skew, what in ((-hour, "behind"), (hour, "ahead")):
+        q.enqueue(r, {"doc_id": 11}, f"clock-{what}")
+        lease = 30.0 if skew < 0 else LEASE
+        job = _with_clock(url, skew, "claim", lease)
+        _need(isinstance(job, list), f"a worker whose clock is 1 h {what} claimed "
+              f"nothing ({job!r})", "claim must pop the pending job")
+        for step in ("claim", "extend"):
+            if step == "extend":
+                if skew > 0:                 # a long lease from an honest clock
+                    q.ack(r, job[0], job[2])
+                    q.enqueue(r, {"doc_id": 12}, f"clock-{what}-2")
+                    job = list(q.claim(r, 30.0))
+                held = _with_clock(url, skew, "extend", job[0], job[2], lease)
+                if held is False:            # a queue that never renews (the
+                    continue                 # given extend of assignment 2)
+                _need(held is True, f"extend by the owner returned {held!r}", "")
+            if skew < 0:
+                got = tuple(q.reap(r, 3))
+                _need(got == (0, 0), f"a worker whose clock is 1 h behind called "
+                      f"{step} with a 30 s lease, and reap right after took the "
+                      f"lease away (reap returned {got})", SERVER_CLOCK_HINT)
+            else:
+                got = _expire_and_reap(q, r)
+                _need(got == (1, 0), f"a worker whose clock is 1 h ahead called "
+                      f"{step} with a {LEASE:g} s lease; {PAST:g} s later reap "
+                      f"returned {got}: the lease would last an hour",
+                      SERVER_CLOCK_HINT)
+                if step == "claim":
+                    job = list(q.claim(r, LEASE))
+        if skew < 0:
+            q.ack(r, job[0], job[2])
+    return "deadlines follow the server's clock, whatever the worker's says"
 
 
 @_check("reap_atomic_concurrent",

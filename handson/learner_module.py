@@ -2,22 +2,70 @@
 
 The lab's worker processes use this to run a learner's queue, job or relay in place of
 the reference one; they are the only place that learner code runs.
+
+EO_CLOCK_SKEW_S=seconds sets this process's wall clock that far off before the
+module is run (time.time, time.time_ns, datetime.now/utcnow/today): a check
+can then run the learner's code on a machine whose clock is wrong, as a
+worker's often is, to see whether its deadlines come from the server's clock.
+Monotonic clocks and sleeps are left alone.
 """
 
 from __future__ import annotations
 
+import datetime
 import importlib
 import importlib.util
+import os
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
+
+SKEW_ENV = "EO_CLOCK_SKEW_S"
+_SKEWED: list[float] = []
 
 
 class ModuleProblem(Exception):
     """The module cannot be loaded or lacks a function the lab calls."""
 
 
+def skew_clock() -> float:
+    """Apply EO_CLOCK_SKEW_S to this process's wall clock, once; the skew in s."""
+    if _SKEWED:
+        return _SKEWED[0]
+    raw = os.environ.get(SKEW_ENV, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        skew = float(raw)
+    except ValueError:
+        raise ModuleProblem(f"{SKEW_ENV}={raw!r} is not a number of seconds"
+                            ) from None
+    _SKEWED.append(skew)
+    real_time, real_ns, shift = time.time, time.time_ns, datetime.timedelta(
+        seconds=skew)
+    time.time = lambda: real_time() + skew
+    time.time_ns = lambda: real_ns() + round(skew * 1e9)
+
+    class SkewedDatetime(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return super().now(tz) + shift
+
+        @classmethod
+        def utcnow(cls):
+            return super().utcnow() + shift
+
+        @classmethod
+        def today(cls):
+            return super().today() + shift
+
+    datetime.datetime = SkewedDatetime
+    return skew
+
+
 def load(spec: str, required: tuple[str, ...] = ()) -> ModuleType:
+    skew_clock()
     path = Path(spec)
     try:
         if spec.endswith(".py") or path.exists():

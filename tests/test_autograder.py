@@ -1,9 +1,9 @@
 """The autograder and the nbgrader pipeline, end to end.
 
 Solutions score full marks and untouched exercises score zero, through
-`python -m autograder grade`; `exercises/` is exactly what `nbgrader
-generate_assignment` makes from `solutions/`; `nbgrader autograde` gives the
-same points per check; the sandbox kills what a submission leaves behind.
+`python -m autograder grade` (the release itself: test_release.py);
+`nbgrader autograde` gives the same points per check; the sandbox kills what
+a submission leaves behind.
 Each notebook is graded once (module-scoped fixtures) and asserted on several
 times. The wrong submissions are in test_autograder_corpus.py.
 """
@@ -69,28 +69,6 @@ def test_grade_cells_are_the_checks(name):
         assert c.metadata.nbgrader.locked
         assert f"check({c.metadata.nbgrader.grade_id!r})" in c.source
     assert [notebook.role(c) for c in nb.cells].count("check") == 1
-
-
-def test_exercises_are_generated_exactly(tmp_path):
-    """`nbgrader generate_assignment` remakes exercises/ byte for byte.
-
-    Nothing is normalised: nbgrader's output here is deterministic (fixed
-    cell ids in the source, checksums of content only).
-    """
-    for name in WITH_SOURCE:
-        out = tmp_path / name
-        res = _nbgrader("generate_assignment", name, "--force", "--no-db",
-                        f"--CourseDirectory.release_directory={out}",
-                        "--log-level=WARN", cwd=ROOT)
-        assert res.returncode == 0, res.stderr[-2000:]
-        made = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
-        have = sorted(p.relative_to(notebook.RELEASE_DIR)
-                      for p in (notebook.RELEASE_DIR / name).rglob("*") if p.is_file())
-        assert made == have, f"{name}: files differ; run `make exercises`"
-        for rel in made:
-            assert (out / rel).read_bytes() == (notebook.RELEASE_DIR / rel
-                                                ).read_bytes(), (
-                f"exercises/{rel} drifted from solutions/; run `make exercises`")
 
 
 # --- solutions and exercises through `python -m autograder grade` -----------------
@@ -292,3 +270,25 @@ def test_replay_command_points_at_a_module_the_learner_has(tmp_path, monkeypatch
     assert "--queue a2/replay-myqueue.py " in replayable(cmd, claim_ack_reap, judged,
                                                           nb)
     assert (here / "a2" / "myqueue.py").read_text() == "# edited since\n"
+
+
+def test_a_killed_runner_is_named_as_the_cause_not_a_warning():
+    """The runner killed by a signal before it reported: say so, and leave out
+    the kernel's log lines that were its last output."""
+    from autograder.grade import _execution_problems
+
+    fin = sandbox.Finished(["runner"], -9, "", "[IPKernelApp] WARNING | Kernel is "
+                           "running over TCP without encryption.\n", False, 3.0)
+    [problem] = _execution_problems({}, fin, 120)
+    assert "killed by signal SIGKILL" in problem and "TCP" not in problem
+
+
+def test_a_missed_pause_point_is_said_in_learner_words():
+    from autograder.checks import missed_pause
+
+    raw = ("expected 'paused after-claim' from worker 12 (replay_matrix --job m.py "
+           "...), got '{\"outcome\": \"sent\", \"pid\": 9}'; stderr: ")
+    text = missed_pause(raw)
+    assert 'never called pause("after-claim")' in text and "returned 'sent'" in text
+    assert "worker 12" not in text and "expected 'paused" not in text
+    assert missed_pause("database is locked") == "database is locked"

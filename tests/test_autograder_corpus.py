@@ -5,8 +5,12 @@ bug at a time: an ack without the attempt check, a claim in two round trips, a
 reap that is not atomic, a dedup key with the attempt number, effect then key
 in two writes, a heartbeat that resurrects a reaped lease, a poison job that
 never counts an attempt, an endless loop, sys.exit(), a syntax error, a
-process left running, an edited test cell. A correct queue built on Redis
-Streams, with another key layout, scores full marks.
+process left running, an edited test cell, a lease deadline from the worker's
+clock, a heartbeat without its final lease check, a missing pause point.
+Correct submissions written differently score full marks, one or more per
+assignment: a queue on Redis Streams, a queue with other keys reaping in
+batches, another dedup key, a scheduled heartbeat, the "miss" policy, an
+outbox relay publishing with idempotent ids in batches of 7.
 
 Each submission is graded once (module fixture). Assignment 2's wrong queues
 are graded with the quick run (every contract check, one smaller chaos run):

@@ -7,6 +7,7 @@ mistake. (The reference itself passes every check: tests/test_queue.py.)
 
 import json
 import multiprocessing
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +229,51 @@ def test_cli_exit_codes_and_json(tmp_path, redis_url):
     bad = _cli(spec, "--only", "bound_refuses", env_url=redis_url)
     assert bad.returncode == 1
     assert "FAIL bound_refuses" in bad.stdout and "hint:" in bad.stdout
+
+
+QUEUES = Path(__file__).parent / "corpus" / "queues"
+
+
+def test_deadline_from_the_workers_clock_loses_only_that_check(redis_url):
+    """mini_correct with claim's deadline from time.time(): one more check fails,
+    the one that names it (mini_correct has no bound, so it fails bound_refuses)."""
+    # every check but the three slowest (claim, reap and renewal under load)
+    names = [n for n in contract_checks.CHECKS if n not in (
+        "claim_atomic_concurrent", "reap_atomic_concurrent", "heartbeat_keeps_lease")]
+    base = {x.name for x in run_checks(str(QUEUES / "mini_correct.py"), redis_url,
+                                       names) if not x.ok}
+    results = run_checks(str(QUEUES / "worker_clock.py"), redis_url, names)
+    failed = {x.name for x in results if not x.ok}
+    assert failed - base == {"deadline_from_server_clock"}, "\n".join(
+        x.line() for x in results if not x.ok)
+    assert base - failed == set()
+    [res] = [x for x in results if x.name == "deadline_from_server_clock"]
+    assert "1 h behind" in res.got and "TIME" in res.hint
+
+
+def test_an_extend_on_the_workers_clock_fails_the_clock_check(tmp_path, redis_url):
+    path = tmp_path / "extend_clock.py"
+    path.write_text(f"import sys\nimport time\nsys.path.insert(0, {str(QUEUES)!r})\n"
+                    "from mini_correct import *\n\n\n"
+                    "def extend(r, job_id, attempt, lease_s):\n"
+                    "    return bool(lua(r, HELD + \"\"\"\n"
+                    "    redis.call('ZADD', KEYS[1], 'XX', tonumber(ARGV[3]), ARGV[1])"
+                    "\n    return 1\"\"\", (INFLIGHT, JOB), "
+                    "(job_id, attempt, time.time() + lease_s)))\n")
+    [res] = run_checks(str(path), redis_url, ["deadline_from_server_clock"])
+    assert not res.ok and "called extend" in res.got
+
+
+def test_clock_skew_moves_the_wall_clocks_only():
+    """EO_CLOCK_SKEW_S shifts time.time, time_ns and datetime.now, not sleeps."""
+    code = ("import datetime, time\n"
+            "t, m = time.time(), time.monotonic()\n"
+            "from handson.learner_module import load\n"
+            "load('json')\n"
+            "print(round(time.time() - t), round(time.time_ns() / 1e9 - t),\n"
+            "      round(datetime.datetime.now().timestamp() - t),\n"
+            "      round(time.monotonic() - m))\n")
+    env = {**os.environ, "EO_CLOCK_SKEW_S": "-3600"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert out.stdout.split() == ["-3600", "-3600", "-3600", "0"], out.stderr

@@ -13,6 +13,24 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ALT_STREAMS = (HERE.parent / "queues" / "alt_streams.py").read_text()
+CLAIM_ON_WORKER_CLOCK = '''
+def claim(r, lease_s):
+    """The lease deadline from this machine's clock: the reaper uses another."""
+    import time
+    script = """
+    local id = redis.call('RPOP', KEYS[1])
+    if not id then return false end
+    local n = redis.call('HINCRBY', KEYS[3] .. id, 'attempts', 1)
+    redis.call('ZADD', KEYS[2], tonumber(ARGV[1]), id)
+    return {id, redis.call('HGET', KEYS[3] .. id, 'payload'), n}
+    """
+    deadline_ms = round((time.time() + lease_s) * 1000)
+    row = r.eval(script, 3, PENDING, LEASES, JOB, deadline_ms)
+    if not row:
+        return None
+    job_id, payload, attempt = row
+    return _text(job_id), json.loads(payload), int(attempt)
+'''
 
 SUBMISSIONS = {
     # --- assignment 1 -----------------------------------------------------------
@@ -191,6 +209,14 @@ def reap(r, max_attempts=3):
         loses={"young_claim_skipped": "younger than the lease"},
         keeps=["first_delivery", "repeat_after_success", "different_order",
                "dies_before_email", "dies_after_email", "same_transaction_effect"]),
+    "claims_no_pause_after_claim": dict(
+        assignment="idempotent_claims",
+        edits={"myclaims": [(
+            "        pause(\"after-claim\")\n        send_email(mailer, key)\n",
+            "        send_email(mailer, key)\n")]},
+        loses={"dies_before_email": "never called pause(\"after-claim\")"},
+        keeps=["first_delivery", "repeat_after_success", "different_order",
+               "same_transaction_effect"]),
     "claims_policy_not_as_written": dict(
         assignment="idempotent_claims",
         edits={"myclaims": [('POLICY = "hold"', 'POLICY = "duplicate"')]},
@@ -253,6 +279,22 @@ def reap(r, max_attempts=3):
         loses={"save_atomic": "ONE transaction"},
         keeps=["relay_nothing_lost", "relay_kills_effects_once", "effects_once",
                "no_skip_out_of_order"]),
+    "a3_no_final_lease_check": dict(
+        assignment="heartbeats",
+        edits={"heartbeat": [(
+            "    return bool(queue.extend(r, job_id, attempt, lease_s))\n",
+            "    return True\n")]},
+        loses={"final_lease_check": "once more"},
+        keeps=["zombie_extend_refused", "extend_does_not_resurrect",
+               "heartbeat_keeps_lease", "deadline_from_server_clock",
+               "stops_when_lease_lost", "long_jobs_run_once"]),
+    "a2_deadline_from_worker_clock": dict(
+        assignment="claim_ack_reap",
+        edits={"myqueue": [("def", "claim", CLAIM_ON_WORKER_CLOCK)]},
+        loses={"deadline_from_server_clock": "1 h behind"},
+        keeps=["claim_returns_payload_and_attempt", "attempt_grows",
+               "zombie_ack_refused", "reap_requeues_expired",
+               "killed_attempt_counts", "bound_refuses"]),
     "a3_heartbeat_never_stops": dict(
         assignment="heartbeats",
         edits={"heartbeat": [("def", "run_with_heartbeat", '''
@@ -281,6 +323,111 @@ def run_with_heartbeat(r, queue, job_id, attempt, lease_s, work):
 
 # Correct, and written differently from the solution: must score full marks.
 CORRECT = {
+    # publishes with an idempotent job id (a fresh Redis per run is what lets
+    # the row ids of fresh tables be published again), in batches of 7
+    "outbox_idempotent_ids": dict(
+        assignment="outbox_relay",
+        edits={"myoutbox": [
+            ("def relay_once(db, r, queue, pause, batch=100):",
+             "def relay_once(db, r, queue, pause, batch=7):"),
+            ("outbox_id})\n        pause(",
+             "outbox_id},\n                      job_id=f\"outbox-{outbox_id}\")\n"
+             "        pause(")]}),
+    # a dedup key that names the operation, and ack_after_work that counts
+    # deliveries before applying them
+    "a1_other_key_and_loops": dict(
+        assignment="delivery_semantics",
+        edits={"dedup_key_impl": [(
+            "    return job_id                 # stable across attempts; the attempt "
+            "is not", "    return f\"apply:{job_id}\"")],
+               "ack_after_work_impl": [("cell", """def ack_after_work(jobs):
+    \"\"\"At-least-once, counted first: two deliveries for a job that crashed.\"\"\"
+    sink = Sink()
+    for job_id, crashes in jobs:
+        for _ in range(2 if crashes else 1):
+            sink.apply(job_id)
+    return sink
+""")]}),
+    # reap in batches of 50 per script call (each batch atomic), and every
+    # key renamed
+    "a2_batched_reap_other_keys": dict(
+        assignment="claim_ack_reap",
+        edits={"myqueue": [
+            ('P = "{mq}:"', 'P = "{learner-q}:"'),
+            ('LEASES = P + "leases"', 'LEASES = P + "in_flight"'),
+            ('JOB = P + "job:"', 'JOB = P + "jobs/"'),
+            ("    local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, "
+             "'WITHSCORES')\n",
+             "    local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, "
+             "'WITHSCORES',\n      'LIMIT', 0, 50)\n"),
+            ("    requeued, dead_n = r.eval(script, 4, LEASES, JOB, PENDING, DLQ, "
+             "int(max_attempts),\n                              EXPIRED)\n"
+             "    return int(requeued), int(dead_n)\n",
+             "    requeued = dead_n = 0\n"
+             "    while True:                    # batches of 50, each one script\n"
+             "        a, b = r.eval(script, 4, LEASES, JOB, PENDING, DLQ,\n"
+             "                      int(max_attempts), EXPIRED)\n"
+             "        requeued, dead_n = requeued + int(a), dead_n + int(b)\n"
+             "        if int(a) + int(b) < 50:\n"
+             "            return requeued, dead_n\n")]}),
+    # the heartbeat on a schedule of its own (deadlines by the monotonic
+    # clock), extend checking the attempt first
+    "a3_scheduled_heartbeat": dict(
+        assignment="heartbeats",
+        edits={"heartbeat": [("def", "run_with_heartbeat", """
+def run_with_heartbeat(r, queue, job_id, attempt, lease_s, work):
+    \"\"\"Beat on a fixed schedule; give up at the first refusal.\"\"\"
+    import time
+
+    stop, done = threading.Event(), threading.Event()
+    state = {"held": True}
+
+    def beat():
+        next_at = time.monotonic() + lease_s / 3
+        while not done.wait(max(0.0, next_at - time.monotonic())):
+            next_at += lease_s / 3
+            if not queue.extend(r, job_id, attempt, lease_s):
+                state["held"] = False
+                stop.set()
+                break
+
+    beater = threading.Thread(target=beat, daemon=True)
+    beater.start()
+    try:
+        work(stop)
+    finally:
+        done.set()
+        beater.join()
+    return state["held"] and bool(queue.extend(r, job_id, attempt, lease_s))
+"""), ("def", "extend", """
+def extend(r, job_id, attempt, lease_s):
+    \"\"\"Attempt first, then the lease; the deadline from the server's TIME.\"\"\"
+    script = \"\"\"
+    if tonumber(redis.call('HGET', KEYS[2], 'a:' .. ARGV[1])) ~= tonumber(ARGV[2])
+    then return 0 end
+    local lease = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '0')
+    if lease == 0 then return 0 end
+    local t = redis.call('TIME')
+    local now = t[1] * 1000 + math.floor(t[2] / 1000)
+    return redis.call('ZADD', KEYS[1], 'XX', 'CH', now + ARGV[3], ARGV[1]) + 1
+    \"\"\"
+    ms = max(1, int(lease_s * 1000))
+    return r.eval(script, 2, INFLIGHT, JOBS, job_id, int(attempt), ms) > 0
+""")]}),
+    # POLICY "miss": a stale claim is closed without sending
+    "claims_policy_miss": dict(
+        assignment="idempotent_claims",
+        edits={"myclaims": [
+            ('POLICY = "hold"', 'POLICY = "miss"'),
+            ("    # older than the lease: the policy written down in advance (hold)\n"
+             "    db.run(\"INSERT INTO held_operations (job_type, operation_key, "
+             "held_at)\"\n"
+             "           \" VALUES (?, ?, ?) ON CONFLICT (job_type, operation_key) "
+             "DO NOTHING\",\n"
+             "           (JOB_TYPE, key, now))\n"
+             "    return \"held\"\n",
+             "    complete(db, op_id, now)      # stale: give the email up (miss)\n"
+             "    return \"missed\"\n")]}),
     "a2_alt_streams": dict(
         assignment="claim_ack_reap",
         edits={"myqueue": [("cell", "%%writefile myqueue.py\n" + ALT_STREAMS)]}),
