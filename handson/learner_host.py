@@ -15,7 +15,9 @@ Requests of one lane (one caller-side client) run in order on one thread;
 lanes run side by side, like threads calling a module in one process. When
 "redis" is set, the host makes its own client (one per lane) and passes it as
 the first argument, which is how the queue contract's `r` crosses the pipe.
-Tuples and bytes are tagged so they come back as they went.
+Tuples and bytes are tagged so they come back as they went; a few of the
+caller's own objects cross as stand-ins (`decode`), and what happened to them
+comes back as "notes". "__threads__" counts threads the module left running.
 
 Stdlib and redis only: the sandbox may hide the rest of the course's files.
 EO_CLOCK_SKEW_S shifts time.time() and time.time_ns() in this process, to
@@ -37,6 +39,7 @@ import time
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
+_WATCHERS: list = []
 
 
 def encode(value):
@@ -56,10 +59,52 @@ def encode(value):
     return {"__repr__": repr(value)}
 
 
-def decode(value):
+class _RefusingQueue:
+    """Stand-in queue whose extend says yes `grant` times, then no."""
+
+    def __init__(self, notes: dict, grant: int):
+        self.notes, self.grant = notes, grant
+        notes["calls"] = 0
+
+    def extend(self, r, job_id, attempt, lease_s) -> bool:
+        self.notes["calls"] += 1
+        return self.notes["calls"] <= self.grant
+
+
+def _timed_work(notes: dict, seconds: float):
+    """Stand-in work(stop): runs `seconds` unless stop is set; notes when it was."""
+    notes["stopped_at"] = None
+
+    def work(stop) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if stop.is_set():
+                notes["stopped_at"] = time.monotonic()
+                return
+            time.sleep(0.01)
+    return work
+
+
+_STANDINS = {"refusing_queue": _RefusingQueue, "work": _timed_work}
+
+
+def decode(value, module=None, notes: list | None = None):
+    """The value; {"__local__": ...} becomes a stand-in made here (see remote_module).
+
+    Stand-ins stand for the caller's own objects (its module, a test double, the
+    work function) and write what happened to them into `notes`.
+    """
     if isinstance(value, list):
-        return [decode(v) for v in value]
+        return [decode(v, module, notes) for v in value]
     if isinstance(value, dict):
+        if len(value) == 1 and "__local__" in value and notes is not None:
+            spec = dict(value["__local__"])
+            kind = spec.pop("kind")
+            if kind == "module":
+                return module
+            note: dict = {"kind": kind}
+            notes.append(note)
+            return _STANDINS[kind](note, **spec)
         if len(value) == 1:
             (key, inner), = value.items()
             if key == "__tuple__":
@@ -68,7 +113,7 @@ def decode(value):
                 return inner.encode("latin-1")
             if key == "__repr__":
                 return inner
-        return {k: decode(v) for k, v in value.items()}
+        return {k: decode(v, module, notes) for k, v in value.items()}
     return value
 
 
@@ -91,7 +136,9 @@ def _die_with_parent() -> None:
 
     if os.getppid() != parent and not _under_prefix():
         os._exit(1)
-    threading.Thread(target=watch, daemon=True).start()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    _WATCHERS.append(watcher.ident)
 
 
 def _under_prefix() -> bool:
@@ -164,9 +211,10 @@ def serve(module, inbox, outbox) -> None:
             outbox.flush()
 
     def run(req) -> None:
+        notes: list = []
         try:
-            args = decode(req.get("args", []))
-            kwargs = decode(req.get("kwargs", {}))
+            args = decode(req.get("args", []), module, notes)
+            kwargs = decode(req.get("kwargs", {}), module, notes)
             conn = req.get("redis")
             if conn:
                 key = (req.get("lane"), conn["url"], bool(conn.get("decode")))
@@ -176,17 +224,23 @@ def serve(module, inbox, outbox) -> None:
                         socket_connect_timeout=5)
                 args = [clients[key], *args]
             value = getattr(module, req["fn"])(*args, **kwargs)
-            reply({"id": req["id"], "ok": encode(value)})
+            reply({"id": req["id"], "ok": encode(value), "notes": notes})
         except BaseException as err:
-            reply({"id": req["id"], "error": {"type": type(err).__name__,
-                                              "message": str(err)}})
+            reply({"id": req["id"], "notes": notes,
+                   "error": {"type": type(err).__name__, "message": str(err)}})
 
     def lane(inbox_q) -> None:
+        ours.add(threading.get_ident())
         while True:
             run(inbox_q.get())
 
+    ours = {threading.get_ident(), *_WATCHERS}
     for line in inbox:
         req = json.loads(line)
+        if req.get("fn") == "__threads__":    # threads the learner's code left
+            reply({"id": req["id"], "ok": sum(
+                t.ident not in ours for t in threading.enumerate())})
+            continue
         lane_key = req.get("lane")
         if lane_key not in lanes:
             lanes[lane_key] = queue.SimpleQueue()

@@ -41,6 +41,18 @@ CALL_TIMEOUT_S = float(os.environ.get("EO_CALL_TIMEOUT_S", "120"))
 START_TIMEOUT_S = 60.0
 
 
+class Local:
+    """A caller-side object the host rebuilds on its side (see learner_host).
+
+    Local("module") is the learner's module itself; Local("work", seconds=s) a
+    work(stop) function; Local("refusing_queue", grant=n) a test double. What
+    happened to them is in `RemoteModule.notes()` after the call.
+    """
+
+    def __init__(self, kind: str, **params):
+        self.spec = {"kind": kind, **params}
+
+
 class LearnerError(Exception):
     """The learner's function raised; the class name is the learner's."""
 
@@ -151,7 +163,8 @@ class _Host:
         for slot in list(self.pending.values()):
             slot[0].set()
 
-    def call(self, lane, fn: str, args, kwargs, target, timeout: float):
+    def call(self, lane, fn: str, args, kwargs, target, timeout: float,
+             notes: list):
         ident = next(self.ids)
         slot = [threading.Event(), None]
         self.pending[ident] = slot
@@ -178,6 +191,7 @@ class _Host:
                     f"during {fn}(); it was stopped")
             raise LearnerProcessDied(f"{self.what}'s process {self.died} during "
                                      f"{fn}()")
+        notes.extend(reply.get("notes") or [])
         if "error" in reply:
             err = reply["error"]
             raise _kind(err.get("type", "Exception"))(err.get("message", ""))
@@ -200,6 +214,7 @@ class RemoteModule:
         self._spec, self._prefix, self._what = spec, prefix, what
         self._lock = threading.Lock()
         self._keep: dict = {}           # keeps keyed clients alive: ids stay unique
+        self._notes = threading.local()
         self._host = _Host(spec, prefix, what)
         self._pid = os.getpid()
         for name, n in self._host.functions.items():
@@ -232,7 +247,24 @@ class RemoteModule:
             lane = id(args[0])
             self._keep.setdefault(lane, args[0])
             args = args[1:]
-        return self._current().call(lane, fn, args, kwargs, target, timeout)
+        args = [self._local(a) for a in args]
+        kwargs = {k: self._local(v) for k, v in kwargs.items()}
+        self._notes.value = []
+        return self._current().call(lane, fn, args, kwargs, target, timeout,
+                                    self._notes.value)
+
+    def _local(self, value):
+        if value is self:
+            value = Local("module")
+        return {"__local__": value.spec} if isinstance(value, Local) else value
+
+    def notes(self) -> list[dict]:
+        """What the stand-ins of this thread's last call saw."""
+        return list(getattr(self._notes, "value", []))
+
+    def threads(self) -> int:
+        """Threads the learner's code has running in its process now."""
+        return self._current().call(None, "__threads__", [], {}, None, 30, [])
 
     def close(self) -> None:
         if self._pid == os.getpid():
