@@ -42,21 +42,36 @@ _PR_SET_PDEATHSIG = 1
 _WATCHERS: list = []
 
 
-def encode(value):
-    """JSON-ready value; tuples and bytes tagged, anything else as its repr."""
+def encode(value, depth: int = 0):
+    """JSON-ready value; tuples, bytes, other dicts and objects tagged."""
+    if depth > 20:
+        return {"__repr__": repr(value)[:200]}
+    deeper = depth + 1
     if isinstance(value, tuple):
-        return {"__tuple__": [encode(v) for v in value]}
+        return {"__tuple__": [encode(v, deeper) for v in value]}
     if isinstance(value, list):
-        return [encode(v) for v in value]
+        return [encode(v, deeper) for v in value]
     if isinstance(value, dict):
         if all(isinstance(k, str) for k in value):
-            return {k: encode(v) for k, v in value.items()}
-        return {"__repr__": repr(value)}
+            return {k: encode(v, deeper) for k, v in value.items()}
+        return {"__items__": [[encode(k, deeper), encode(v, deeper)]
+                              for k, v in value.items()]}
     if isinstance(value, (bytes, bytearray)):
         return {"__bytes__": bytes(value).decode("latin-1")}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    attrs = getattr(value, "__dict__", None)
+    if isinstance(attrs, dict) and not callable(value):
+        return {"__object__": [type(value).__name__, encode(
+            {k: v for k, v in attrs.items() if isinstance(k, str)}, deeper)]}
     return {"__repr__": repr(value)}
+
+
+def _object(type_name: str, attrs: dict):
+    """A plain object with the attributes a learner's object had."""
+    obj = type(type_name, (), {"__repr__": lambda self: f"<{type_name}>"})()
+    obj.__dict__.update(attrs)
+    return obj
 
 
 class _RefusingQueue:
@@ -83,6 +98,10 @@ def _timed_work(notes: dict, seconds: float):
                 return
             time.sleep(0.01)
     return work
+
+
+def _hashable(key):
+    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
 
 
 _STANDINS = {"refusing_queue": _RefusingQueue, "work": _timed_work}
@@ -113,6 +132,10 @@ def decode(value, module=None, notes: list | None = None):
                 return inner.encode("latin-1")
             if key == "__repr__":
                 return inner
+            if key == "__items__":
+                return {_hashable(decode(k)): decode(v) for k, v in inner}
+            if key == "__object__":
+                return _object(inner[0], decode(inner[1]))
         return {k: decode(v, module, notes) for k, v in value.items()}
     return value
 

@@ -21,6 +21,7 @@ Unset (the lab on a learner's machine), nothing changes: the module is imported.
 
 from __future__ import annotations
 
+import builtins
 import concurrent.futures
 import inspect
 import json
@@ -65,9 +66,22 @@ _KINDS: dict[str, type] = {}
 
 
 def _kind(name: str) -> type:
-    """An exception class called `name`, so `type(err).__name__` reads the same."""
+    """An exception class called `name`, so `type(err).__name__` reads the same.
+
+    A built-in Exception's name also gets that class as a base, so `except
+    NotImplementedError` still catches it (never SystemExit and the like: the
+    harness must not exit because the learner's code did).
+    """
     if name not in _KINDS:
-        _KINDS[name] = type(name, (LearnerError,), {})
+        builtin = getattr(builtins, name, None)
+        bases: tuple = (LearnerError,)
+        if (isinstance(builtin, type) and issubclass(builtin, Exception)
+                and builtin is not Exception):
+            bases = (builtin, LearnerError)
+        try:
+            _KINDS[name] = type(name, bases, {})
+        except TypeError:
+            _KINDS[name] = type(name, (LearnerError,), {})
     return _KINDS[name]
 
 
@@ -115,7 +129,8 @@ def redis_target(r) -> dict | None:
 class _Host:
     """One learner process, the pipe to it, and the calls waiting for replies."""
 
-    def __init__(self, spec: str, prefix: list[str], what: str):
+    def __init__(self, spec: str, prefix: list[str], what: str,
+                 cwd: str | None = None):
         self.spec, self.what = spec, what
         env = dict(os.environ, EO_HOST_PARENT=str(os.getpid()),
                    EO_HOST_DIRECT="1" if not prefix else "0")
@@ -124,7 +139,7 @@ class _Host:
         env["PYTHONPATH"] = ROOT + (os.pathsep + path if path else "")
         self.proc = _Spawner.popen([*prefix, sys.executable, HOST, spec],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   env=env, text=True, bufsize=1)
+                                   env=env, text=True, bufsize=1, cwd=cwd)
         self.write_lock = threading.Lock()
         self.pending: dict[int, list] = {}      # id -> [event, reply]
         self.ids = iter(range(1, 1 << 62))
@@ -209,13 +224,14 @@ class _Host:
 class RemoteModule:
     """The learner's module as attributes that call over the pipe."""
 
-    def __init__(self, spec: str, prefix: list[str], what: str = "the queue"):
+    def __init__(self, spec: str, prefix: list[str], what: str = "the queue",
+                 cwd: str | None = None):
         self.__name__ = spec
-        self._spec, self._prefix, self._what = spec, prefix, what
+        self._spec, self._prefix, self._what, self._cwd = spec, prefix, what, cwd
         self._lock = threading.Lock()
         self._keep: dict = {}           # keeps keyed clients alive: ids stay unique
         self._notes = threading.local()
-        self._host = _Host(spec, prefix, what)
+        self._host = _Host(spec, prefix, what, cwd)
         self._pid = os.getpid()
         for name, n in self._host.functions.items():
             if n is not None and not hasattr(RemoteModule, name):
@@ -232,10 +248,11 @@ class RemoteModule:
         return call
 
     def _current(self) -> _Host:
-        """The host, a new one in a forked child (the pipe is the parent's)."""
+        """The host; a new one in a forked child (the pipe is the parent's) or
+        after the last one died or was stopped (a fresh process, as on a rerun)."""
         with self._lock:
-            if self._pid != os.getpid():
-                self._host = _Host(self._spec, self._prefix, self._what)
+            if self._pid != os.getpid() or not self._host.alive():
+                self._host = _Host(self._spec, self._prefix, self._what, self._cwd)
                 self._pid = os.getpid()
             return self._host
 
@@ -271,6 +288,7 @@ class RemoteModule:
             self._host.close()
 
 
-def load(spec: str, prefix: list[str], what: str = "the queue") -> RemoteModule:
+def load(spec: str, prefix: list[str], what: str = "the queue",
+         cwd: str | None = None) -> RemoteModule:
     """The module at `spec` in a host process; ModuleProblem if it cannot load."""
-    return RemoteModule(spec, prefix, what)
+    return RemoteModule(spec, prefix, what, cwd)

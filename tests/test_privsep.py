@@ -107,6 +107,56 @@ def test_forged_verdicts_earn_nothing(tmp_path, assignment, module_file):
     assert "NotImplementedError" in json.dumps(data)   # the stubs really ran
 
 
+# The observation of assignment 1 used to run in the learner's kernel: a cell
+# could replace it with one built from the grader's own reference numbers.
+FORGED_OBSERVATION = '''
+import json as _json
+import autograder.delivery_semantics as _m
+_ref = _m.reference()
+
+
+def _forged(ns, quick=False, out_path=None):
+    n, crashed = _ref["n"], _ref["crashed"]
+    obs = {}
+    for label in ("page", "alt"):
+        bad = crashed[label]
+        obs[f"ack_before_work:{label}"] = {"lost": bad, "once": n - len(bad),
+                                           "dup": []}
+        for d in ("ack_after_work", "dedup_outside_tx"):
+            obs[f"{d}:{label}"] = {"lost": [], "once": n - len(bad), "dup": bad}
+        obs[f"dedup_in_tx:{label}"] = {"lost": [], "once": n, "dup": []}
+    obs["dedup_key"] = {"pairs": {str(j): {"same": True, "a1": str(j),
+                                           "a2": str(j)} for j in (0, 7, 123)},
+                        "distinct": True}
+    for w, d in _ref["windows"].items():
+        obs[f"window:{w}:2000"] = {"value": d}
+    for (t, seed), v in _ref["leases"].items():
+        obs[f"lease:{t}:{seed}"] = {"value": v}
+    if out_path:
+        with open(out_path, "w") as fh:
+            _json.dump(obs, fh)
+    return obs
+
+
+_m.observe = _forged
+_m.judge = lambda obs, quick=False: [_m.outcome(c, True) for c in _m.CHECKS]
+'''
+
+
+def test_forged_observation_earns_nothing(tmp_path):
+    nb = nbformat.read(str(ROOT / "exercises" / "delivery_semantics"
+                           / "delivery_semantics.ipynb"), 4)
+    setup = next(c for c in nb.cells
+                 if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+    setup.source += "\n" + FORGED_OBSERVATION
+    path = tmp_path / "delivery_semantics" / "delivery_semantics.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, str(path))
+    data = _grade(path)
+    assert data["score"] == 0, [c["name"] for c in data["checks"] if c["ok"]]
+    assert "NotImplementedError" in json.dumps(data)   # the stubs really ran
+
+
 # --- the proxy itself ------------------------------------------------------------
 
 LEARNER = '''
