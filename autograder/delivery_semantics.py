@@ -463,8 +463,11 @@ class _Remote(dict):
             return self[name]
 
         def call(*args):
-            try:
-                return self.module._call(name, args, {}, timeout=CALL_LIMIT_S)
+            try:       # our own limit first: it stops the host (the alarm not)
+                return self.module._call(name, args, {}, timeout=CALL_LIMIT_S - 1)
+            except _TimeLimit:
+                self.module._host.close()
+                raise
             except remote_module.LearnerProcessDied as err:
                 if "no answer" in str(err):
                     raise _TimeLimit(f"did not return within {CALL_LIMIT_S} s (an "
