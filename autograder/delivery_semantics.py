@@ -412,34 +412,129 @@ def check_all() -> bool:
     return ok
 
 
-def dump_observations(out_path: str, quick: bool = False) -> None:
-    """The cell the grader appends to a submission: observations to a file."""
-    observe(sys._getframe(1).f_globals, quick=quick, out_path=out_path)
-
-
 # --- the grader side ------------------------------------------------------------
+#
+# The observation never runs in the learner's kernel: after the notebook ran
+# (for its own errors and leftovers), the learner's code cells are written to a
+# module that re-runs them, cell by cell, in a sandboxed host process, and a
+# trusted harness (`python -m autograder.delivery_semantics`, which imports no
+# learner code) calls the functions over the pipe and prints what they returned.
 
 NOTEBOOK_TIMEOUT_S = 300
-OBSERVATIONS = "observations.json"
+CELLS_MODULE = "learner_cells.py"
+OBSERVE_TIMEOUT_S = 300
+# Course files the notebook imports on purpose.
+IMPORTS = ("handson/__init__.py", "handson/c01_job_scheduler.py")
 
 
-def observe_cell(quick: bool) -> tuple[str, float]:
-    """Code the grader appends to the learner's cells, and its time limit."""
-    return (f"from autograder.delivery_semantics import dump_observations\n"
-            f"dump_observations({OBSERVATIONS!r}, quick={quick})", 240)
+def cells_module(nb) -> str:
+    """A module that runs the notebook's code cells in order, like a kernel:
+    a cell that raises does not stop the next; magics and shell lines are
+    dropped, a `%%writefile` cell is not code."""
+    from autograder import notebook
+
+    sources = []
+    for cell in notebook.learner_cells(nb).cells:
+        if cell.cell_type != "code" or cell.source.lstrip().startswith("%%"):
+            continue
+        sources.append("\n".join(line for line in cell.source.splitlines()
+                                 if not line.lstrip().startswith(("%", "!"))))
+    return ("import sys as _sys\n"
+            f"_CELLS = {sources!r}\n"
+            "for _i, _src in enumerate(_CELLS):\n"
+            "    try:\n"
+            "        exec(compile(_src, f'<cell {_i + 1}>', 'exec'), globals())\n"
+            "    except BaseException as _err:\n"
+            "        print(f'cell {_i + 1}: {type(_err).__name__}: {_err}',\n"
+            "              file=_sys.stderr)\n")
+
+
+class _Remote(dict):
+    """observe()'s namespace: the learner's functions, called in their host."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def get(self, name, default=None):
+        from handson import remote_module
+
+        if self.module_functions().get(name) is None:
+            return default
+        if name in self:
+            return self[name]
+
+        def call(*args):
+            try:       # our own limit first: it stops the host (the alarm not)
+                return self.module._call(name, args, {}, timeout=CALL_LIMIT_S - 1)
+            except _TimeLimit:
+                self.module._host.close()
+                raise
+            except remote_module.LearnerProcessDied as err:
+                if "no answer" in str(err):
+                    raise _TimeLimit(f"did not return within {CALL_LIMIT_S} s (an "
+                                     "endless loop?)") from None
+                raise
+            except remote_module.LearnerError as err:
+                if type(err).__name__ == "SystemExit":
+                    code = str(err)
+                    raise SystemExit(int(code) if code.lstrip("-").isdigit()
+                                     else code or None) from None
+                raise
+        self[name] = call               # one callable per name: _call's _hung
+        return call
+
+    def module_functions(self) -> dict:
+        return self.module._host.functions
+
+
+def observe_remote(cells_path: str, quick: bool) -> dict:
+    """The trusted harness: load the cells in a host, observe over the pipe."""
+    from handson import remote_module
+
+    prefix = remote_module.prefix_from_env() or []
+    try:
+        module = remote_module.load(cells_path, prefix, "the notebook",
+                                    cwd=str(Path(cells_path).parent))
+    except remote_module.ModuleProblem as err:
+        return {"__problem__": str(err)}
+    try:
+        return observe(_Remote(module), quick=quick)
+    finally:
+        module.close()
 
 
 def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
-    path = Path(workdir) / OBSERVATIONS
-    try:
-        obs = json.loads(path.read_text())
-    except (OSError, ValueError):
-        obs = {}
+    from autograder import notebook, queue_runs, sandbox
+
+    problems: list[str] = []
+    obs: dict = {}
+    src = Path(workdir) / "submission.ipynb"
+    if src.exists():
+        cells = Path(workdir) / CELLS_MODULE
+        cells.write_text(cells_module(notebook.read(src)))
+        fin = sandbox.run([sys.executable, "-m", "autograder.delivery_semantics",
+                           str(cells), *(["--quick"] if quick else [])],
+                          timeout=OBSERVE_TIMEOUT_S,
+                          env=queue_runs.learner_env(str(cells), None, IMPORTS))
+        try:
+            obs = json.loads(fin.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            why = (f"did not finish in {OBSERVE_TIMEOUT_S} s" if fin.timed_out
+                   else f"ended without a report: {fin.tail(300)}")
+            problems.append(f"the observation of your functions {why}")
+        if "__problem__" in obs:
+            problems.append("the notebook's cells could not be loaded for the "
+                            f"observation: {obs.pop('__problem__')}")
+        if fin.leftovers:
+            problems.append(f"the observation left {len(fin.leftovers)} "
+                            "process(es) running (all killed): "
+                            + "; ".join(fin.leftovers[:3]))
     missing = "the grader could not observe this function: the notebook stopped " \
               "before the observation ran (see the problems above)"
     for key in _expected_keys(quick):
         obs.setdefault(key, {"error": missing})
-    return Evaluation(judge(obs, quick))
+    return Evaluation(judge(obs, quick), problems)
 
 
 def _expected_keys(quick: bool) -> list[str]:
@@ -451,3 +546,19 @@ def _expected_keys(quick: bool) -> list[str]:
         keys += [f"window:{w}:{ALT_DELAY}" for w in ALT_WINDOWS]
         keys += [f"lease:{t}:{ALT_SEED}" for t in ALT_LEASES]
     return keys
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="Observe a notebook's functions "
+                                            "from outside its processes.")
+    p.add_argument("cells")
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args(argv)
+    print(json.dumps(observe_remote(args.cells, args.quick)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

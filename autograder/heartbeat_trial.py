@@ -3,7 +3,10 @@
 The module (assignment 3's `heartbeat.py`) is a whole queue (it re-exports the
 reference queue) with the learner's `extend` and
 `run_with_heartbeat(r, queue, job_id, attempt, lease_s, work) -> bool`.
-Runs INSIDE the sandbox:
+A trusted harness: under the grader (EO_LEARNER_PREFIX set) it never imports
+the module; the learner's functions run in a host process and the work and the
+refusing queue they are handed are stand-ins there (`handson.remote_module`).
+Runs under the sandbox's supervisor:
 
     python -m autograder.heartbeat_trial heartbeat.py REDIS_URL --json
 
@@ -38,8 +41,10 @@ import tempfile
 import threading
 import time
 import traceback
+import uuid
 from pathlib import Path
 
+from handson import remote_module
 from handson.contract import load_queue
 from handson.redis_server import connect
 
@@ -51,7 +56,7 @@ FROZEN_WORK_S = 2.0               # still working when it wakes up
 
 
 def _log(path: Path, **event) -> None:
-    event["t"] = time.monotonic()
+    event.setdefault("t", time.monotonic())
     with open(path, "a") as fh:
         fh.write(json.dumps(event) + "\n")
 
@@ -91,7 +96,10 @@ def worker(module: str, url: str, db: str, events: Path, max_jobs: int,
                 time.sleep(0.01)
 
         try:
-            held = q.run_with_heartbeat(r, q, job_id, attempt, LEASE_S, work)
+            if isinstance(q, remote_module.RemoteModule):
+                held = _remote_heartbeat(q, r, job_id, attempt, work_s, events, pid)
+            else:
+                held = q.run_with_heartbeat(r, q, job_id, attempt, LEASE_S, work)
         except Exception as err:  # noqa: BLE001 - the learner's code
             _log(events, ev="error", pid=pid, job=job_id, attempt=attempt,
                  error=f"{type(err).__name__}: {err}")
@@ -108,13 +116,28 @@ def worker(module: str, url: str, db: str, events: Path, max_jobs: int,
     _log(events, ev="exit", pid=pid)
 
 
+def _remote_heartbeat(q, r, job_id: str, attempt: int, work_s: float,
+                      events: Path, pid: int):
+    """run_with_heartbeat in the learner's process, on a stand-in work there."""
+    try:
+        return q.run_with_heartbeat(r, remote_module.Local("module"), job_id,
+                                    attempt, LEASE_S,
+                                    remote_module.Local("work", seconds=work_s))
+    finally:
+        for note in q.notes():
+            if note["kind"] == "work" and note["stopped_at"] is not None:
+                _log(events, ev="stopped", pid=pid, job=job_id, attempt=attempt,
+                     t=note["stopped_at"])
+
+
 def _spawn(module: str, url: str, db: str, events: Path, max_jobs: int,
            idle_s: float, work_s: float = WORK_S) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "autograder.heartbeat_trial", "--worker", module, url,
          "--db", db, "--events", str(events), "--max-jobs", str(max_jobs),
          "--idle-s", str(idle_s), "--work-s", str(work_s)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)   # a group: SIGSTOP reaches the learner's process
 
 
 def _wait(procs: list[subprocess.Popen], timeout: float) -> list[str]:
@@ -200,11 +223,11 @@ def frozen(module: str, url: str, tmp: Path) -> dict:
             e["ev"] == "claim" for e in _events(events)):
         time.sleep(0.02)
     time.sleep(0.1)
-    os.kill(a.pid, signal.SIGSTOP)
+    os.killpg(a.pid, signal.SIGSTOP)
     frozen_at = time.monotonic()
     b = _spawn(module, url, db, events, 1, 5.0, FROZEN_WORK_S)
     time.sleep(FREEZE_S)
-    os.kill(a.pid, signal.SIGCONT)
+    os.killpg(a.pid, signal.SIGCONT)
     resumed_at = time.monotonic()
     errors = _wait([a, b], 30)
     reaper.halt.set()
@@ -230,6 +253,8 @@ class _Refusing:
 
 def stops(module: str, url: str) -> dict:
     q, r = load_queue(module), connect(url)
+    if isinstance(q, remote_module.RemoteModule):
+        return _remote_stops(q, r)
     before = threading.active_count()
     fake = _Refusing(grant=2)
     seen = {"stopped_after": None}
@@ -271,6 +296,8 @@ class _LostAtTheEnd:
 
 def final_check(module: str, url: str) -> dict:
     q, r = load_queue(module), connect(url)
+    if isinstance(q, remote_module.RemoteModule):
+        return _remote_final_check(q, r)
     fake = _LostAtTheEnd()
 
     def work(stop: threading.Event) -> None:
@@ -284,6 +311,43 @@ def final_check(module: str, url: str) -> dict:
         held, error = None, f"{type(err).__name__}: {err}"
     return {"held": held, "extends_during": fake.during,
             "extends_after": fake.after, "error": error}
+
+
+def _remote_stops(q, r) -> dict:
+    """`stops` with the refusing queue and the work as stand-ins in the host."""
+    before = q.threads()
+    start = time.monotonic()
+    try:
+        held = q.run_with_heartbeat(r, remote_module.Local("refusing_queue", grant=2),
+                                    "job-x", 1, LEASE_S,
+                                    remote_module.Local("work", seconds=3.0))
+        error = ""
+    except Exception as err:  # noqa: BLE001 - the learner's code
+        held, error = None, f"{type(err).__name__}: {err}"
+    elapsed = time.monotonic() - start
+    notes = {n["kind"]: n for n in q.notes()}
+    stopped_at = notes.get("work", {}).get("stopped_at")
+    time.sleep(0.3)
+    return {"held": held, "elapsed": elapsed,
+            "stopped_after": None if stopped_at is None else stopped_at - start,
+            "extend_calls": notes.get("refusing_queue", {}).get("calls", 0),
+            "threads_left": q.threads() - before, "error": error}
+
+
+def _remote_final_check(q, r) -> dict:
+    """`final_check` with the queue and the work as stand-ins in the host."""
+    token = uuid.uuid4().hex
+    try:
+        held = q.run_with_heartbeat(
+            r, remote_module.Local("lost_at_the_end", token=token), "job-f", 1,
+            LEASE_S, remote_module.Local("work_then_lose", token=token,
+                                         seconds=LEASE_S / 2))
+        error = ""
+    except Exception as err:  # noqa: BLE001 - the learner's code
+        held, error = None, f"{type(err).__name__}: {err}"
+    note = {n["kind"]: n for n in q.notes()}.get("lost_at_the_end", {})
+    return {"held": held, "extends_during": note.get("during", 0),
+            "extends_after": note.get("after", 0), "error": error}
 
 
 def trial(module: str, url: str) -> dict:

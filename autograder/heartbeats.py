@@ -31,6 +31,8 @@ from autograder.heartbeat_trial import LEASE_S, WORK_S
 
 NAME = "heartbeats"
 MODULE_FILE = "heartbeat.py"
+# The notebook builds on the reference queue on purpose.
+IMPORTS = ("handson/__init__.py", "handson/q.py", "handson/redis_server.py")
 CONTRACT_CHECKS = [
     Check("zombie_extend_refused", 2,
           "an extend from an expired attempt is refused and moves nothing"),
@@ -172,7 +174,7 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
     if not Path(path).exists():
         return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
                                           f"`%%writefile {shown_path}` cell"))
-    probe = queue_runs.probe(path)
+    probe = queue_runs.probe(path, imports=IMPORTS)
     if not probe["ok"]:
         msg = probe["error"].replace(path, shown_path)
         return Evaluation(not_run(CHECKS, msg), [msg])
@@ -180,10 +182,11 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
         trial = pool.submit(sandbox.run, [sys.executable, "-m",
                                           "autograder.heartbeat_trial", path,
                                           f"{redis_url}?db=1", "--json"],
-                            timeout=TRIAL_TIMEOUT_S)
+                            timeout=TRIAL_TIMEOUT_S,
+                            env=queue_runs.learner_env(path, redis_url, IMPORTS))
         results, left = queue_runs.contract(path, redis_url,
                                             [c.name for c in CONTRACT_CHECKS],
-                                            timeout=120)
+                                            timeout=120, imports=IMPORTS)
         fin = trial.result()
     outcomes = []
     for c in CONTRACT_CHECKS:

@@ -10,6 +10,12 @@ Three steps, each a subprocess under `autograder.sandbox` with its own limit:
   real SIGKILLs, a verdict per invariant.
 
 Nothing here judges; the assignment modules turn the data into points.
+
+None of these processes imports the learner's file: each is a trusted harness
+that calls the module's functions in a host process of its own, started with
+the sandbox's `learner_prefix` (EO_LEARNER_PREFIX, see `handson.remote_module`).
+What they print comes from code the learner cannot change, and the learner's
+processes may write only in the module's directory, never in the harness's.
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 from autograder import sandbox
+from handson import remote_module
 
 PROBE = """
 import json, sys
@@ -46,18 +54,29 @@ for name in names:
 """
 
 
-def _env(redis_url: str | None) -> dict:
+def learner_env(path: str, redis_url: str | None,
+                imports: tuple[str, ...] = ()) -> dict:
+    """The harness's environment: learner code only behind the sandbox prefix.
+
+    `imports`: course files (repo-relative) the assignment lets the module use.
+    """
+    root = Path(remote_module.ROOT)
+    reads = (str(Path(path).resolve()), remote_module.HOST,
+             *(str(root / f) for f in imports))
+    prefix = sandbox.learner_prefix(str(Path(path).resolve().parent), redis_url,
+                                    reads)
     env = dict(os.environ)
     env.pop("REDIS_URL", None)
     if redis_url:
         env["REDIS_URL"] = redis_url
+    env[remote_module.ENV] = json.dumps(prefix)
     return env
 
 
-def probe(path: str, timeout: float = 30) -> dict:
+def probe(path: str, timeout: float = 30, imports: tuple[str, ...] = ()) -> dict:
     """{"ok": True} or {"ok": False, "error": why} for loading the file."""
     fin = sandbox.run([sys.executable, "-c", PROBE, path], timeout=timeout,
-                      env=_env(None))
+                      env=learner_env(path, None, imports))
     for line in reversed(fin.stdout.strip().splitlines()):
         try:
             return json.loads(line)
@@ -71,11 +90,12 @@ def probe(path: str, timeout: float = 30) -> dict:
 
 
 def contract(path: str, redis_url: str, names: list[str], timeout: float,
-             per_check_s: float | None = None) -> tuple[dict, list[str]]:
+             per_check_s: float | None = None, imports: tuple[str, ...] = ()
+             ) -> tuple[dict, list[str]]:
     """name -> CheckResult dict for each check that reported; plus leftovers."""
     fin = sandbox.run([sys.executable, "-c", CONTRACT, path, redis_url,
                        ",".join(names), str(per_check_s) if per_check_s else "-"],
-                      timeout=timeout, env=_env(redis_url))
+                      timeout=timeout, env=learner_env(path, redis_url, imports))
     results = {}
     for line in fin.stdout.splitlines():
         try:
@@ -87,10 +107,12 @@ def contract(path: str, redis_url: str, names: list[str], timeout: float,
     return results, fin.leftovers
 
 
-def chaos(path: str, redis_url: str, args: list[str], timeout: float) -> dict:
+def chaos(path: str, redis_url: str, args: list[str], timeout: float,
+          imports: tuple[str, ...] = ()) -> dict:
     """The chaos report as a dict; verdict "unknown" with a reason if none came."""
     fin = sandbox.run([sys.executable, "-m", "handson.chaos", *args, "--queue", path,
-                       "--json"], timeout=timeout, env=_env(redis_url))
+                       "--json"], timeout=timeout,
+                      env=learner_env(path, redis_url, imports))
     try:
         start = fin.stdout.index("{")
         report = json.loads(fin.stdout[start:])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 from types import ModuleType
 
+from handson import remote_module
 from handson.learner_module import ModuleProblem, load
 
 SIGNATURES = {
@@ -28,9 +29,14 @@ class ContractError(ModuleProblem):
 
 
 def load_queue(spec: str) -> ModuleType:
-    """Import a queue by dotted name (`handson.q`) or by file path (`myq.py`)."""
+    """Import a queue by dotted name (`handson.q`) or by file path (`myq.py`).
+
+    Under the grader (EO_LEARNER_PREFIX set) the module runs in a process of
+    its own and this returns a proxy for it: the caller imports no learner code.
+    """
     try:
-        module = load(spec)
+        prefix = remote_module.prefix_from_env()
+        module = load(spec) if prefix is None else remote_module.load(spec, prefix)
     except ModuleProblem as err:
         raise ContractError(str(err)) from None
     problems = missing(module)

@@ -1,0 +1,329 @@
+"""Host ONE learner module in its own process and serve calls to it over a pipe.
+
+    python learner_host.py MODULE        (a .py path or a dotted name)
+
+The trusted side (`handson.remote_module`) starts this script, usually under a
+sandbox prefix, and never imports the learner's code itself: whatever the
+module does on import or in a call, it can only change the replies it sends.
+
+Protocol, JSON lines on the pipe the host was started with:
+first the host says {"ready": {name: n_params | -1 (unknown) | null}} for each
+public attribute (null: not callable) or {"load_error": why}; then for each
+request {"id", "lane", "fn", "args", "kwargs", "redis": {"url", "decode"} |
+null} it answers {"id", "ok": value} or {"id", "error": {"type", "message"}}.
+Requests of one lane (one caller-side client) run in order on one thread;
+lanes run side by side, like threads calling a module in one process. When
+"redis" is set, the host makes its own client (one per lane) and passes it as
+the first argument, which is how the queue contract's `r` crosses the pipe.
+Tuples and bytes are tagged so they come back as they went; a few of the
+caller's own objects cross as stand-ins (`decode`), and what happened to them
+comes back as "notes". "__threads__" counts threads the module left running.
+
+Stdlib and redis only: the sandbox may hide the rest of the course's files.
+EO_CLOCK_SKEW_S shifts time.time() and time.time_ns() in this process, to
+check that a module takes its deadlines from the server's clock.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+_WATCHERS: list = []
+
+
+def encode(value, depth: int = 0):
+    """JSON-ready value; tuples, bytes, other dicts and objects tagged."""
+    if depth > 20:
+        return {"__repr__": repr(value)[:200]}
+    deeper = depth + 1
+    if isinstance(value, tuple):
+        return {"__tuple__": [encode(v, deeper) for v in value]}
+    if isinstance(value, list):
+        return [encode(v, deeper) for v in value]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: encode(v, deeper) for k, v in value.items()}
+        return {"__items__": [[encode(k, deeper), encode(v, deeper)]
+                              for k, v in value.items()]}
+    if isinstance(value, (bytes, bytearray)):
+        return {"__bytes__": bytes(value).decode("latin-1")}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    attrs = getattr(value, "__dict__", None)
+    if isinstance(attrs, dict) and not callable(value):
+        return {"__object__": [type(value).__name__, encode(
+            {k: v for k, v in attrs.items() if isinstance(k, str)}, deeper)]}
+    return {"__repr__": repr(value)}
+
+
+def _object(type_name: str, attrs: dict):
+    """A plain object with the attributes a learner's object had."""
+    obj = type(type_name, (), {"__repr__": lambda self: f"<{type_name}>"})()
+    obj.__dict__.update(attrs)
+    return obj
+
+
+class _RefusingQueue:
+    """Stand-in queue whose extend says yes `grant` times, then no."""
+
+    def __init__(self, notes: dict, grant: int):
+        self.notes, self.grant = notes, grant
+        notes["calls"] = 0
+
+    def extend(self, r, job_id, attempt, lease_s) -> bool:
+        self.notes["calls"] += 1
+        return self.notes["calls"] <= self.grant
+
+
+def _timed_work(notes: dict, seconds: float):
+    """Stand-in work(stop): runs `seconds` unless stop is set; notes when it was."""
+    notes["stopped_at"] = None
+
+    def work(stop) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if stop.is_set():
+                notes["stopped_at"] = time.monotonic()
+                return
+            time.sleep(0.01)
+    return work
+
+
+_SHARED: dict[str, dict] = {}
+
+
+class _LostAtTheEnd:
+    """Stand-in queue: extend says yes while the paired work runs, no after."""
+
+    def __init__(self, notes: dict, token: str):
+        self.notes, self.state = notes, _SHARED.setdefault(token, {"done": False})
+        notes.update(during=0, after=0)
+
+    def extend(self, r, job_id, attempt, lease_s) -> bool:
+        if self.state["done"]:
+            self.notes["after"] += 1
+            return False
+        self.notes["during"] += 1
+        return True
+
+
+def _work_then_lose(notes: dict, token: str, seconds: float):
+    """Stand-in work(stop): runs `seconds`, then the paired queue's lease is gone."""
+    state = _SHARED.setdefault(token, {"done": False})
+
+    def work(stop) -> None:
+        time.sleep(seconds)
+        state["done"] = True
+    return work
+
+
+def _hashable(key):
+    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
+
+
+_STANDINS = {"refusing_queue": _RefusingQueue, "work": _timed_work,
+             "lost_at_the_end": _LostAtTheEnd, "work_then_lose": _work_then_lose}
+
+
+def decode(value, module=None, notes: list | None = None):
+    """The value; {"__local__": ...} becomes a stand-in made here (see remote_module).
+
+    Stand-ins stand for the caller's own objects (its module, a test double, the
+    work function) and write what happened to them into `notes`.
+    """
+    if isinstance(value, list):
+        return [decode(v, module, notes) for v in value]
+    if isinstance(value, dict):
+        if len(value) == 1 and "__local__" in value and notes is not None:
+            spec = dict(value["__local__"])
+            kind = spec.pop("kind")
+            if kind == "module":
+                return module
+            note: dict = {"kind": kind}
+            notes.append(note)
+            return _STANDINS[kind](note, **spec)
+        if len(value) == 1:
+            (key, inner), = value.items()
+            if key == "__tuple__":
+                return tuple(decode(v) for v in inner)
+            if key == "__bytes__":
+                return inner.encode("latin-1")
+            if key == "__repr__":
+                return inner
+            if key == "__items__":
+                return {_hashable(decode(k)): decode(v) for k, v in inner}
+            if key == "__object__":
+                return _object(inner[0], decode(inner[1]))
+        return {k: decode(v, module, notes) for k, v in value.items()}
+    return value
+
+
+def _die_with_parent() -> None:
+    """SIGKILL when the harness goes; also poll, in case the learner unsets it."""
+    parent = int(os.environ.get("EO_HOST_PARENT", "0") or 0)
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG,
+                                                       signal.SIGKILL)
+    except OSError:
+        pass
+    if not parent:
+        return
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent and not _under_prefix():
+                os._exit(1)
+            time.sleep(0.2)
+
+    if os.getppid() != parent and not _under_prefix():
+        os._exit(1)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    _WATCHERS.append(watcher.ident)
+
+
+def _under_prefix() -> bool:
+    """A sandbox prefix may sit between harness and host: then trust PDEATHSIG."""
+    return os.environ.get("EO_HOST_DIRECT") != "1"
+
+
+def _skew_clock() -> None:
+    skew = float(os.environ.get("EO_CLOCK_SKEW_S", "0") or 0)
+    if skew:
+        real, real_ns = time.time, time.time_ns
+        time.time = lambda: real() + skew
+        time.time_ns = lambda: real_ns() + int(skew * 1e9)
+
+
+def _load(spec: str):
+    """The module, or raise RuntimeError with the lab's wording for the problem."""
+    path = Path(spec)
+    try:
+        if spec.endswith(".py") or path.exists():
+            if not path.is_file():
+                raise RuntimeError(f"no module at {spec}")
+            name = f"_learner_{abs(hash(str(path.resolve())))}"
+            mod_spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(mod_spec)
+            sys.modules[name] = module
+            mod_spec.loader.exec_module(module)
+            return module
+        return importlib.import_module(spec)
+    except RuntimeError:
+        raise
+    except SyntaxError as err:
+        raise RuntimeError(f"{spec} has a syntax error on line {err.lineno}: "
+                           f"{err.msg}") from None
+    except SystemExit:
+        raise RuntimeError(f"importing {spec} called sys.exit()") from None
+    except BaseException as err:
+        raise RuntimeError(f"importing {spec} raised {type(err).__name__}: "
+                           f"{err}") from None
+
+
+def _functions(module) -> dict:
+    out = {}
+    for name, value in vars(module).items():
+        if name.startswith("__"):
+            continue
+        if not callable(value):
+            out[name] = None
+            continue
+        try:
+            out[name] = len(inspect.signature(value).parameters)
+        except (TypeError, ValueError):
+            out[name] = -1
+    return out
+
+
+def serve(module, inbox, outbox) -> None:
+    """One thread per caller-side client, so calls on several clients overlap."""
+    import queue
+
+    import redis
+
+    clients: dict = {}
+    lanes: dict = {}
+    write = threading.Lock()
+
+    def reply(obj) -> None:
+        with write:
+            outbox.write(json.dumps(obj) + "\n")
+            outbox.flush()
+
+    def run(req) -> None:
+        notes: list = []
+        try:
+            args = decode(req.get("args", []), module, notes)
+            kwargs = decode(req.get("kwargs", {}), module, notes)
+            conn = req.get("redis")
+            if conn:
+                key = (req.get("lane"), conn["url"], bool(conn.get("decode")))
+                if key not in clients:
+                    clients[key] = redis.Redis.from_url(
+                        conn["url"], decode_responses=key[2], socket_timeout=30,
+                        socket_connect_timeout=5)
+                args = [clients[key], *args]
+            value = getattr(module, req["fn"])(*args, **kwargs)
+            reply({"id": req["id"], "ok": encode(value), "notes": notes})
+        except BaseException as err:
+            reply({"id": req["id"], "notes": notes,
+                   "error": {"type": type(err).__name__, "message": str(err)}})
+
+    def lane(inbox_q) -> None:
+        ours.add(threading.get_ident())
+        while True:
+            run(inbox_q.get())
+
+    ours = {threading.get_ident(), *_WATCHERS}
+    for line in inbox:
+        req = json.loads(line)
+        if req.get("fn") == "__threads__":    # threads the learner's code left
+            reply({"id": req["id"], "ok": sum(
+                t.ident not in ours for t in threading.enumerate())})
+            continue
+        lane_key = req.get("lane")
+        if lane_key not in lanes:
+            lanes[lane_key] = queue.SimpleQueue()
+            threading.Thread(target=lane, args=(lanes[lane_key],),
+                             daemon=True).start()
+        lanes[lane_key].put(req)
+
+
+def main() -> int:
+    _die_with_parent()
+    # The pipe to the harness moves to private descriptors, so the learner's
+    # print() goes to stderr and input() reads nothing.
+    inbox = os.fdopen(os.dup(0), "r")
+    outbox = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    here = Path(__file__).resolve().parent      # no `import q` from here
+    sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != here]
+    _skew_clock()
+    try:
+        module = _load(sys.argv[1])
+    except RuntimeError as err:
+        outbox.write(json.dumps({"load_error": str(err)}) + "\n")
+        outbox.flush()
+        return 0
+    outbox.write(json.dumps({"ready": _functions(module)}) + "\n")
+    outbox.flush()
+    serve(module, inbox, outbox)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

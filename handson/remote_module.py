@@ -1,0 +1,294 @@
+"""A learner's module seen through a pipe: the caller never imports its code.
+
+When EO_LEARNER_PREFIX is set (a JSON list: the argv prefix that confines a
+learner process; `[]` is a plain separate process), `handson.contract.load_queue`
+and the other loaders return a `RemoteModule` instead of importing the file.
+Each call is sent to a host process (`handson/learner_host.py`) running the
+learner's module, and the reply comes back as the value or as an exception of
+the same type name. So the harness that calls the functions, records what they
+returned and judges it, runs no learner code: what a module does on import or
+in a call can change only its own replies.
+
+A call whose first argument is a Redis client goes to a host of its own for
+that client (the host connects to the same server and database), so calls on
+several clients from several threads really run at once, as in-process calls
+would. Hosts share the caller's process group (a SIGKILL or SIGSTOP of the
+group reaches both) and die with the thread that started them, which is a
+thread that lives as long as the process.
+
+Unset (the lab on a learner's machine), nothing changes: the module is imported.
+"""
+
+from __future__ import annotations
+
+import builtins
+import concurrent.futures
+import inspect
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from handson import learner_host
+from handson.learner_module import ModuleProblem
+
+ENV = "EO_LEARNER_PREFIX"
+HOST = str(Path(learner_host.__file__).resolve())
+ROOT = str(Path(learner_host.__file__).resolve().parent.parent)
+CALL_TIMEOUT_S = float(os.environ.get("EO_CALL_TIMEOUT_S", "120"))
+START_TIMEOUT_S = 60.0
+
+
+class Local:
+    """A caller-side object the host rebuilds on its side (see learner_host).
+
+    Local("module") is the learner's module itself; Local("work", seconds=s) a
+    work(stop) function; Local("refusing_queue", grant=n) a test double. What
+    happened to them is in `RemoteModule.notes()` after the call.
+    """
+
+    def __init__(self, kind: str, **params):
+        self.spec = {"kind": kind, **params}
+
+
+class LearnerError(Exception):
+    """The learner's function raised; the class name is the learner's."""
+
+
+class LearnerProcessDied(Exception):
+    """The learner's process ended (or stopped answering) during a call."""
+
+
+_KINDS: dict[str, type] = {}
+
+
+def _kind(name: str) -> type:
+    """An exception class called `name`, so `type(err).__name__` reads the same.
+
+    A built-in Exception's name also gets that class as a base, so `except
+    NotImplementedError` still catches it (never SystemExit and the like: the
+    harness must not exit because the learner's code did).
+    """
+    if name not in _KINDS:
+        builtin = getattr(builtins, name, None)
+        bases: tuple = (LearnerError,)
+        if (isinstance(builtin, type) and issubclass(builtin, Exception)
+                and builtin is not Exception):
+            bases = (builtin, LearnerError)
+        try:
+            _KINDS[name] = type(name, bases, {})
+        except TypeError:
+            _KINDS[name] = type(name, (LearnerError,), {})
+    return _KINDS[name]
+
+
+class _Spawner:
+    """One long-lived thread per process starts the hosts (PDEATHSIG follows it)."""
+
+    pool: concurrent.futures.ThreadPoolExecutor | None = None
+    pid = 0
+
+    @classmethod
+    def popen(cls, *args, **kwargs) -> subprocess.Popen:
+        if cls.pid != os.getpid():          # none yet, or a forked child
+            cls.pool = concurrent.futures.ThreadPoolExecutor(1, "learner-host")
+            cls.pid = os.getpid()
+        return cls.pool.submit(subprocess.Popen, *args, **kwargs).result()
+
+
+def prefix_from_env() -> list[str] | None:
+    raw = os.environ.get(ENV)
+    if raw is None:
+        return None
+    prefix = json.loads(raw)
+    if not isinstance(prefix, list) or not all(isinstance(x, str) for x in prefix):
+        raise ValueError(f"{ENV} must be a JSON list of strings, got {raw!r}")
+    return prefix
+
+
+def redis_target(r) -> dict | None:
+    """{"url", "decode"} for a redis client; None for anything else."""
+    pool = getattr(r, "connection_pool", None)
+    kw = getattr(pool, "connection_kwargs", None)
+    if kw is None:
+        return None
+    auth = ""
+    if kw.get("password"):
+        auth = f"{kw.get('username') or ''}:{kw['password']}@"
+    db = kw.get("db", 0) or 0
+    if kw.get("path"):
+        url = f"unix://{auth}{kw['path']}?db={db}"
+    else:
+        url = f"redis://{auth}{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{db}"
+    return {"url": url, "decode": bool(kw.get("decode_responses"))}
+
+
+class _Host:
+    """One learner process, the pipe to it, and the calls waiting for replies."""
+
+    def __init__(self, spec: str, prefix: list[str], what: str,
+                 cwd: str | None = None):
+        self.spec, self.what = spec, what
+        env = dict(os.environ, EO_HOST_PARENT=str(os.getpid()),
+                   EO_HOST_DIRECT="1" if not prefix else "0")
+        env.pop(ENV, None)
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = ROOT + (os.pathsep + path if path else "")
+        self.proc = _Spawner.popen([*prefix, sys.executable, HOST, spec],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   env=env, text=True, bufsize=1, cwd=cwd)
+        self.write_lock = threading.Lock()
+        self.pending: dict[int, list] = {}      # id -> [event, reply]
+        self.ids = iter(range(1, 1 << 62))
+        self.died: str | None = None
+        hello = self._hello()
+        if "load_error" in hello:
+            self.close()
+            raise ModuleProblem(hello["load_error"])
+        self.functions: dict = hello.get("ready", {})
+        threading.Thread(target=self._reader, daemon=True).start()
+
+    def _hello(self) -> dict:
+        ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
+        line = self.proc.stdout.readline() if ready else ""
+        if not ready:
+            self.close()
+            raise ModuleProblem(f"importing {self.spec} did not finish in "
+                                f"{START_TIMEOUT_S:g} s (an endless loop at import?)")
+        try:
+            return json.loads(line)
+        except ValueError:
+            code = self.proc.wait()
+            raise ModuleProblem(f"importing {self.spec} ended the process "
+                                f"(exit code {code})") from None
+
+    def _reader(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                reply = json.loads(line)
+                slot = self.pending.pop(reply["id"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            slot[1] = reply
+            slot[0].set()
+        self.died = f"exited with code {self.proc.wait()}"
+        for slot in list(self.pending.values()):
+            slot[0].set()
+
+    def call(self, lane, fn: str, args, kwargs, target, timeout: float,
+             notes: list):
+        ident = next(self.ids)
+        slot = [threading.Event(), None]
+        self.pending[ident] = slot
+        req = {"id": ident, "lane": lane, "fn": fn,
+               "args": learner_host.encode(list(args)),
+               "kwargs": learner_host.encode(dict(kwargs)), "redis": target}
+        try:
+            with self.write_lock:
+                self.proc.stdin.write(json.dumps(req) + "\n")
+                self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            self.pending.pop(ident, None)
+            raise LearnerProcessDied(f"{self.what}'s process exited with code "
+                                     f"{self.proc.wait()} during {fn}()") from None
+        if self.died is None:
+            slot[0].wait(timeout)
+        reply = slot[1]
+        if reply is None:
+            self.pending.pop(ident, None)
+            if self.died is None:
+                self.close()
+                raise LearnerProcessDied(
+                    f"no answer from {self.what}'s process after {timeout:g} s "
+                    f"during {fn}(); it was stopped")
+            raise LearnerProcessDied(f"{self.what}'s process {self.died} during "
+                                     f"{fn}()")
+        notes.extend(reply.get("notes") or [])
+        if "error" in reply:
+            err = reply["error"]
+            raise _kind(err.get("type", "Exception"))(err.get("message", ""))
+        return learner_host.decode(reply.get("ok"))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+class RemoteModule:
+    """The learner's module as attributes that call over the pipe."""
+
+    def __init__(self, spec: str, prefix: list[str], what: str = "the queue",
+                 cwd: str | None = None):
+        self.__name__ = spec
+        self._spec, self._prefix, self._what, self._cwd = spec, prefix, what, cwd
+        self._lock = threading.Lock()
+        self._keep: dict = {}           # keeps keyed clients alive: ids stay unique
+        self._notes = threading.local()
+        self._host = _Host(spec, prefix, what, cwd)
+        self._pid = os.getpid()
+        for name, n in self._host.functions.items():
+            if n is not None and not hasattr(RemoteModule, name):
+                setattr(self, name, self._function(name, n))
+
+    def _function(self, name: str, n: int):
+        def call(*args, **kwargs):
+            return self._call(name, args, kwargs)
+        call.__name__ = call.__qualname__ = name
+        if n >= 0:
+            kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+            call.__signature__ = inspect.Signature(
+                [inspect.Parameter(f"arg{i}", kind) for i in range(n)])
+        return call
+
+    def _current(self) -> _Host:
+        """The host; a new one in a forked child (the pipe is the parent's) or
+        after the last one died or was stopped (a fresh process, as on a rerun)."""
+        with self._lock:
+            if self._pid != os.getpid() or not self._host.alive():
+                self._host = _Host(self._spec, self._prefix, self._what, self._cwd)
+                self._pid = os.getpid()
+            return self._host
+
+    def _call(self, fn: str, args: tuple, kwargs: dict,
+              timeout: float = CALL_TIMEOUT_S):
+        target = redis_target(args[0]) if args else None
+        lane = None
+        if target is not None:
+            lane = id(args[0])
+            self._keep.setdefault(lane, args[0])
+            args = args[1:]
+        args = [self._local(a) for a in args]
+        kwargs = {k: self._local(v) for k, v in kwargs.items()}
+        self._notes.value = []
+        return self._current().call(lane, fn, args, kwargs, target, timeout,
+                                    self._notes.value)
+
+    def _local(self, value):
+        if value is self:
+            value = Local("module")
+        return {"__local__": value.spec} if isinstance(value, Local) else value
+
+    def notes(self) -> list[dict]:
+        """What the stand-ins of this thread's last call saw."""
+        return list(getattr(self._notes, "value", []))
+
+    def threads(self) -> int:
+        """Threads the learner's code has running in its process now."""
+        return self._current().call(None, "__threads__", [], {}, None, 30, [])
+
+    def close(self) -> None:
+        if self._pid == os.getpid():
+            self._host.close()
+
+
+def load(spec: str, prefix: list[str], what: str = "the queue",
+         cwd: str | None = None) -> RemoteModule:
+    """The module at `spec` in a host process; ModuleProblem if it cannot load."""
+    return RemoteModule(spec, prefix, what, cwd)
