@@ -123,6 +123,7 @@ def exercise_with_solutions(keep_stub: str) -> dict:
     solved = {c["metadata"]["nbgrader"]["grade_id"]: c["source"]
               for c in json.loads(SOLUTION.read_text())["cells"]
               if c["metadata"].get("nbgrader", {}).get("solution")}
+    assert keep_stub in solved, f"no answer cell {keep_stub!r} in {SOLUTION.name}"
     for cell in nb["cells"]:
         grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
         if grade_id in solved and grade_id != keep_stub:
@@ -136,6 +137,7 @@ def jupyter_lab(root: Path, scratch: Path):
     runtime = scratch / "runtime"
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime),
                JUPYTER_CONFIG_DIR=str(scratch / "config"),
+               JUPYTER_DATA_DIR=str(scratch / "data"),
                JUPYTERLAB_SETTINGS_DIR=str(scratch / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(scratch / "workspaces"),
                IPYTHONDIR=str(scratch / "ipython"),
