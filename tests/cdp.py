@@ -144,10 +144,23 @@ class Chromium:
                       button="left", clickCount=1)
 
     def type(self, text: str) -> None:
-        """Real key presses into whatever has the focus, one character at a time."""
+        """Real key presses into whatever has the focus, one character at a time.
+
+        Letters, digits and spaces carry their key codes, so a page's keyboard
+        shortcuts see them as a keyboard would send them.
+        """
         for ch in text:
-            self.send("Input.dispatchKeyEvent", type="keyDown", key=ch, text=ch)
-            self.send("Input.dispatchKeyEvent", type="keyUp", key=ch)
+            if ch.isascii() and ch.isalpha():
+                code, vk = f"Key{ch.upper()}", ord(ch.upper())
+            elif ch.isascii() and ch.isdigit():
+                code, vk = f"Digit{ch}", ord(ch)
+            elif ch == " ":
+                code, vk = "Space", 32
+            else:
+                code, vk = "", 0
+            key = {"key": ch, "code": code, "windowsVirtualKeyCode": vk}
+            self.send("Input.dispatchKeyEvent", type="keyDown", text=ch, **key)
+            self.send("Input.dispatchKeyEvent", type="keyUp", **key)
 
     def poll(self, expression: str, timeout: float, what: str,
              every: float = 0.05):

@@ -39,7 +39,8 @@ EXERCISE = Path("exercises/delivery_semantics/delivery_semantics.ipynb")
 SOLUTION = ROOT / "solutions/delivery_semantics/delivery_semantics.ipynb"
 STUB = "lease_impl"                 # the one function left unsolved
 STUB_CHECK = "lease_doubles"        # the check that must fail because of it
-GUESS = "about 30 s"                # typed into the first prediction box
+GUESS = "about 30 s a bit more 00"  # typed into the first box (a, b, d, 0 0:
+                                     # JupyterLab shortcuts outside a text box)
 KEY = "effectively-once:qlogs:1"    # where the page keeps that guess
 SERVER_START_S, KERNEL_START_S, CHAPTER_RUN_S, EXERCISE_RUN_S = 120, 120, 420, 240
 
@@ -81,6 +82,12 @@ window.eoLab = {
     if (!this.front(id)) throw new Error(id + ' is not the current notebook');
     this.panels[id].content.activeCellIndex = i;
     this.app().commands.execute('notebook:run-cell');
+    return true;
+  },
+  commandMode(id) {
+    const nb = this.panels[id].content;
+    nb.mode = 'command';
+    nb.node.focus();
     return true;
   },
   count(id, i) { return this.cells(id)[i].model.executionCount; },
@@ -301,16 +308,35 @@ def session(b: Chromium, url: str, report: dict) -> None:
     to_front(b, chapter)
     scope = f'[id="{chapter}"]'
 
-    # A prediction typed with real keys is kept, and the closing table shows it.
+    # A prediction typed with real keys is kept, the notebook's own shortcuts
+    # (a, b, 0 0, ...) stay out of the way, the box refills when its cell runs
+    # again, and the closing table shows the guess.
+    box = json.dumps(f'{scope} textarea[data-eo-key="{KEY}"]')
     boxes = b.js(f"document.querySelectorAll('{scope} textarea[data-eo-key]').length")
     assert boxes >= 3, f"the chapter shows {boxes} prediction boxes"
-    b.click(f'{scope} textarea[data-eo-key="{KEY}"]')
+    cells = b.js(f"eoLab.cells({ch}).length")
+    b.js(f"eoLab.commandMode({ch})")
+    b.type("b")        # control: outside a text box these keys are shortcuts
+    b.poll(f"eoLab.cells({ch}).length === {cells + 1}", 10,
+           "B in command mode to add a cell (the key events reach JupyterLab)")
+    b.type("dd")
+    b.poll(f"eoLab.cells({ch}).length === {cells}", 10, "D D to delete it again")
+    b.click(json.loads(box))
     b.type(GUESS)
-    shown = b.js(f"document.querySelector('{scope} textarea[data-eo-key=\"{KEY}\"]')"
-                 ".value")
+    shown = b.js(f"document.querySelector({box}).value")
     assert shown == GUESS, f"the box shows {shown!r} after typing {GUESS!r}"
     kept = b.js(f"localStorage.getItem({json.dumps(KEY)})")
     assert kept == GUESS, f"the page kept {kept!r}, not the typed {GUESS!r}"
+    assert b.js(f"eoLab.cells({ch}).length") == cells, "typing added or cut cells"
+    assert not b.js("!!document.querySelector('.jp-Dialog')"), \
+        "typing opened a dialog (a notebook shortcut fired)"
+    asked = b.js(f"eoLab.find({ch}, 'bookkit.predictions(')")
+    before = b.js(f"eoLab.count({ch}, {asked})")
+    run_cell(b, chapter, asked)
+    b.poll(f"eoLab.count({ch}, {asked}) !== {before} && "
+           f"document.querySelector({box})?.value === {json.dumps(GUESS)}",
+           60, "the box to show the guess again after its cell ran again",
+           every=0.5)
     compare = b.js(f"eoLab.find({ch}, 'bookkit.compare(')")
     before = b.js(f"eoLab.count({ch}, {compare})")
     run_cell(b, chapter, compare)
