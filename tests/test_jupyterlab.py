@@ -261,6 +261,21 @@ def open_notebook(b: Chromium, path: Path) -> str:
     return pid
 
 
+def page_errors(b: Chromium) -> tuple[list[str], list[str]]:
+    """Uncaught exceptions, and console errors, that the page reported so far."""
+    thrown, logged = [], []
+    for ev in b.events:
+        params = ev.get("params", {})
+        if ev.get("method") == "Runtime.exceptionThrown":
+            d = params["exceptionDetails"]
+            thrown.append(d.get("exception", {}).get("description", d.get("text")))
+        elif ev.get("method") == "Runtime.consoleAPICalled" and \
+                params.get("type") == "error":
+            logged.append(" ".join(str(a.get("value", a.get("description")))
+                                   for a in params.get("args", [])))
+    return thrown, logged
+
+
 def session(b: Chromium, url: str, report: dict) -> None:
     """Everything a learner does, in order; each step waits on what it needs."""
     b.send("Runtime.enable")
@@ -355,6 +370,10 @@ def session(b: Chromium, url: str, report: dict) -> None:
         5_000_000, sim.pool_capacity(16, 0.020), 0))
     assert shown == expected, (shown, expected)
     assert b.js("EOQueueSim.errors") == [], b.js("EOQueueSim.errors")
+    # A script in an output that throws is a widget bug; JupyterLab's own
+    # console errors are reported, not judged.
+    thrown, report["console_errors"] = page_errors(b)
+    assert not thrown, f"a script on the page threw: {thrown}"
 
 
 def test_chapter_and_exercise_in_jupyterlab(chromium, workspace, tmp_path):
