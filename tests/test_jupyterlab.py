@@ -222,15 +222,16 @@ def workspace(tmp_path):
 
 
 def wait_run(b: Chromium, pid: str, timeout: float, what: str,
-             stop_on: str | None = None) -> dict:
-    """Poll a notebook until every code cell ran (or an error stopped the run)."""
+             until_error: bool = False) -> dict:
+    """Poll a notebook until every code cell ran, or (if expected) an error
+    stopped the run; an unexpected error fails at once."""
     deadline = time.monotonic() + timeout
     while True:
         st = b.js(f"eoLab.state({json.dumps(pid)})")
-        if st["errors"] and stop_on is None:
+        if st["errors"] and not until_error:
             raise AssertionError(f"{what}: a cell raised {st['errors'][0]}")
         if st["queued"] == 0 and st["kernel"] == "idle":
-            if st["done"] == st["code"] or (stop_on and st["errors"]):
+            if st["done"] == st["code"] or (until_error and st["errors"]):
                 return st
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not finished after {timeout} s ({st})")
@@ -298,7 +299,7 @@ def session(b: Chromium, url: str, report: dict) -> None:
     # The exercise: Run All stops at the stub's graded cell; the check cell,
     # run on its own, shows the table.
     ex = json.dumps(exercise)
-    st = wait_run(b, exercise, EXERCISE_RUN_S, "the exercise", stop_on="error")
+    st = wait_run(b, exercise, EXERCISE_RUN_S, "the exercise", until_error=True)
     assert len(st["errors"]) == 1 and "NotImplementedError" in st["errors"][0], st
     check_cell = b.js(f"eoLab.find({ex}, 'check_all()')")
     assert check_cell > 0, "no check cell calling check_all() in the exercise"
