@@ -1,7 +1,8 @@
 """The trusted launcher that confines one learner process tree, then execs it.
 
     python -m autograder.confine --workdir W [--read PATH]... [--redis-url URL]
-        [--mem-mb N] [--pids N] [--disk-mb N] [--env K=V]... [--status F] -- CMD...
+        [--mem-mb N] [--pids N] [--disk-mb N] [--env K=V]... [--pass NAME]...
+        [--keep-group] [--status F] -- CMD...
 
 Three processes, only the last runs learner code:
 
@@ -367,7 +368,8 @@ def _drop_capabilities() -> None:
 def become_learner(opts, cmd: list[str], mode: str, report_fd: int) -> None:
     """The last trusted steps in the learner's process; then exec (never returns)."""
     try:
-        os.setsid()
+        if not opts.keep_group:
+            os.setsid()
         os.chdir(opts.workdir)
         tmp = os.path.join(opts.workdir, "tmp")
         os.makedirs(tmp, exist_ok=True)
@@ -398,6 +400,7 @@ def become_learner(opts, cmd: list[str], mode: str, report_fd: int) -> None:
         if opts.redis_url:
             env["REDIS_URL"] = opts.redis_url
         env.update(kv.split("=", 1) for kv in opts.env)
+        env.update((k, os.environ[k]) for k in opts.passenv if k in os.environ)
         os.execvpe(cmd[0], cmd, env)
     except BaseException as err:          # noqa: BLE001 - report, never run unconfined
         with contextlib.suppress(OSError):
@@ -484,6 +487,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pids", type=int, default=512)
     p.add_argument("--disk-mb", type=int, default=512)
     p.add_argument("--env", action="append", default=[])
+    p.add_argument("--pass", action="append", default=[], dest="passenv",
+                   help="copy this variable from the launcher's environment")
+    p.add_argument("--keep-group", action="store_true",
+                   help="stay in the caller's process group, so that stopping or "
+                   "killing the caller's group stops or kills the learner too")
     p.add_argument("--status")
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     return p

@@ -244,8 +244,14 @@ def _read_json(path: str) -> dict:
         return {}
 
 
+# What a harness tells the learner host it starts (none of it a secret).
+HOST_ENV = ("EO_HOST_PARENT", "EO_HOST_DIRECT", "EO_CLOCK_SKEW_S", "QUEUE_MAX",
+            "PYTHONPATH")
+
+
 def _prefix(workdir, redis_url, read_paths, env: dict, status: str | None = None,
-            mem_mb: int | None = None, disk_mb: int | None = None) -> list[str]:
+            mem_mb: int | None = None, disk_mb: int | None = None,
+            passenv: tuple[str, ...] = ()) -> list[str]:
     prefix = [sys.executable, "-m", "autograder.confine", "--workdir", str(workdir),
               "--mem-mb", str(mem_mb or TREE_MEM_MB), "--pids", str(TREE_PIDS),
               "--disk-mb", str(disk_mb or DISK_MB)]
@@ -255,6 +261,10 @@ def _prefix(workdir, redis_url, read_paths, env: dict, status: str | None = None
         prefix += ["--read", str(path)]
     for key, value in env.items():
         prefix += ["--env", f"{key}={value}"]
+    for name in passenv:
+        prefix += ["--pass", name]
+    if passenv:             # a harness's host: stopped and killed with its group
+        prefix.append("--keep-group")
     if status:
         prefix += ["--status", status]
     return prefix + ["--"]
@@ -271,7 +281,7 @@ def learner_prefix(workdir: str | os.PathLike, redis_url: str | None = None,
     run's memory, process and disk budget with every other learner process of
     the run (the same work dir). Call `cleanup(workdir)` when the run is over.
     """
-    return _prefix(workdir, redis_url, tuple(read_paths), {})
+    return _prefix(workdir, redis_url, tuple(read_paths), {}, passenv=HOST_ENV)
 
 
 def cleanup(workdir: str | os.PathLike) -> list[str]:

@@ -247,6 +247,33 @@ def _functions(module) -> dict:
     return out
 
 
+_ARMED = threading.local()
+
+
+def _crash_after_replies() -> None:
+    """The chaos run's mid-call crash point, here where the Redis calls are.
+
+    A request may carry `crash_after_reply: k`: the host SIGKILLs itself right
+    after the k-th Redis reply of that call (the harness, seeing its host die
+    in a call it armed, logs the crash and dies too). A host that ignores it
+    only makes its chaos run fall short of its fault quota: unknown, no pass.
+    """
+    from redis.connection import AbstractConnection
+
+    original = AbstractConnection.read_response
+
+    def read_response(conn, *args, **kwargs):
+        reply = original(conn, *args, **kwargs)
+        after = getattr(_ARMED, "after", None)
+        if after:
+            _ARMED.after = after - 1
+            if after == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return reply
+
+    AbstractConnection.read_response = read_response
+
+
 def serve(module, inbox, outbox) -> None:
     """One thread per caller-side client, so calls on several clients overlap."""
     import queue
@@ -264,6 +291,7 @@ def serve(module, inbox, outbox) -> None:
 
     def run(req) -> None:
         notes: list = []
+        _ARMED.after = req.get("crash_after_reply")
         try:
             args = decode(req.get("args", []), module, notes)
             kwargs = decode(req.get("kwargs", {}), module, notes)
@@ -276,8 +304,10 @@ def serve(module, inbox, outbox) -> None:
                         socket_connect_timeout=5)
                 args = [clients[key], *args]
             value = getattr(module, req["fn"])(*args, **kwargs)
+            _ARMED.after = None
             reply({"id": req["id"], "ok": encode(value), "notes": notes})
         except BaseException as err:
+            _ARMED.after = None
             reply({"id": req["id"], "notes": notes,
                    "error": {"type": type(err).__name__, "message": str(err)}})
 
@@ -319,6 +349,7 @@ def main() -> int:
         outbox.write(json.dumps({"load_error": str(err)}) + "\n")
         outbox.flush()
         return 0
+    _crash_after_replies()
     outbox.write(json.dumps({"ready": _functions(module)}) + "\n")
     outbox.flush()
     serve(module, inbox, outbox)

@@ -179,13 +179,15 @@ class _Host:
             slot[0].set()
 
     def call(self, lane, fn: str, args, kwargs, target, timeout: float,
-             notes: list):
+             notes: list, crash_after: int | None = None):
         ident = next(self.ids)
         slot = [threading.Event(), None]
         self.pending[ident] = slot
         req = {"id": ident, "lane": lane, "fn": fn,
                "args": learner_host.encode(list(args)),
                "kwargs": learner_host.encode(dict(kwargs)), "redis": target}
+        if crash_after:
+            req["crash_after_reply"] = crash_after
         try:
             with self.write_lock:
                 self.proc.stdin.write(json.dumps(req) + "\n")
@@ -231,6 +233,7 @@ class RemoteModule:
         self._lock = threading.Lock()
         self._keep: dict = {}           # keeps keyed clients alive: ids stay unique
         self._notes = threading.local()
+        self._armed = threading.local()
         self._host = _Host(spec, prefix, what, cwd)
         self._pid = os.getpid()
         for name, n in self._host.functions.items():
@@ -267,8 +270,13 @@ class RemoteModule:
         args = [self._local(a) for a in args]
         kwargs = {k: self._local(v) for k, v in kwargs.items()}
         self._notes.value = []
+        crash_after, self._armed.k = getattr(self._armed, "k", None), None
         return self._current().call(lane, fn, args, kwargs, target, timeout,
-                                    self._notes.value)
+                                    self._notes.value, crash_after)
+
+    def arm_crash(self, after_replies: int) -> None:
+        """The next call on this thread: the host dies after that many replies."""
+        self._armed.k = after_replies
 
     def _local(self, value):
         if value is self:

@@ -27,7 +27,7 @@ import time
 
 import redis
 
-from handson import redis_server, setup_db, sink, work
+from handson import redis_server, remote_module, setup_db, sink, work
 from handson.contract import ContractError, load_queue
 
 CRASH_POINTS = {
@@ -68,6 +68,7 @@ class Crashes:
         self.rng = random.Random(int(os.environ.get("CRASH_SEED", "0") or 0))
         self.events = events
         self.call = threading.local()   # the contract call this thread is inside
+        self.remote = None              # the queue's host, when it is behind a pipe
         if "mid-call" in self.points:
             self._hook_replies()
 
@@ -95,8 +96,19 @@ class Crashes:
     def inside(self, name: str, fn, *args):
         """Call a contract function, marking it for the mid-call crash point."""
         self.call.name = name
+        remote = self.remote
+        armed = (remote is not None and "mid-call" in self.points
+                 and self.rng.random() < self.p)
+        if armed:                  # the learner's host dies after a Redis reply
+            remote.arm_crash(1)
         try:
             return fn(*args)
+        except remote_module.LearnerProcessDied:
+            if armed:              # ... and so does the worker, as one process
+                self.events.log("crash_point", point="mid-call", call=name)
+                os.kill(PID, signal.SIGKILL)
+                time.sleep(10)
+            raise
         finally:
             self.call.name = None
 
@@ -142,6 +154,8 @@ class Worker:
         self.ack_delay = float(os.environ.get("ACK_DELAY", "0") or 0)
         self.events = Events(args.events)
         self.crashes = Crashes(self.events)
+        if isinstance(q, remote_module.RemoteModule):
+            self.crashes.remote = q
         self.db = setup_db.connect(args.db) if not args.reap_only else None
         self.stopping = False
         self.reap_every = min(0.5, self.lease_s / 2)
