@@ -73,16 +73,16 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
     return ["4", "--docs", "100", "--seed", str(seed), "--kill-every", "0",
             "--kill-every-claims", "10",
             "--pause-every-claims", "30", "--min-kills", str(KILLS),
-            "--min-pauses", str(PAUSES), "--quota-cap-s", "25",
+            "--min-pauses", str(PAUSES), "--quota-cap-s", "40",
             "--crash-point", "mid-call", "--crash-p", "0.01",
             "--min-crash-kills", "2",
-            "--lease-s", "1.0", "--iters", "2000", "--drain-timeout-s", "45",
+            "--lease-s", "1.0", "--iters", "2000", "--drain-timeout-s", "75",
             "--no-heartbeat"]
 
 
 KILLS, PAUSES = 20, 5      # faults every graded chaos run must inject
 SEEDS, QUICK_SEEDS = (1, 2), (1,)
-CHAOS_TIMEOUT_S = 70
+CHAOS_TIMEOUT_S = 110
 
 
 def _db(url: str, index: int) -> str:

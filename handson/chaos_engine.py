@@ -398,6 +398,17 @@ class _Run:
         dead = {d[0] for d in queue.dead(r)}
         return len(ids & (applied | dead))
 
+    def _workers_up(self) -> bool:
+        """Every running worker has logged since it started: the queue is loaded.
+
+        A restarted worker whose queue is slow to come up (a sandboxed learner
+        process, a loaded machine) is not silence: only workers that are up and
+        still make no progress mean the queue has nothing left to give.
+        """
+        return all(p.poll() is not None or
+                   (self.events_dir / f"{p.pid}.jsonl").exists()
+                   for p in self.procs if p is not None)
+
     def _events_size(self) -> int:
         return sum(e.stat().st_size for e in os.scandir(self.events_dir))
 
@@ -532,7 +543,8 @@ class _Run:
                 total = len(ids)
                 done = self._done(idset, queue, r)
                 size = self._events_size()
-                if done != last_done or (self.phase == "drain" and size != last_size):
+                if (done != last_done or not self._workers_up()
+                        or (self.phase == "drain" and size != last_size)):
                     last_activity = now
                 last_done, last_size = done, size
                 running_low = (done >= cfg.kill_until * total
