@@ -100,7 +100,7 @@ class Broker:
 
 
 def dispatch(jobs, ack_first):
-    """Run the stream through a Broker; a crash kills the worker mid-job, once."""
+    """The stream through a Broker; a crash kills the worker mid-job, once."""
     broker, sink = Broker(jobs, ack_first), Sink()
     crashing = {jid for jid, crashes in jobs if crashes}
     while broker.ready:
@@ -455,11 +455,12 @@ def lapses(work, timeout, renew_every, faults, lost=0.0, late=0.0, pause=0.0,
         sent = k * renew_every
         sent += held if pause_at is not None and sent > pause_at else 0.0
         if sent >= end: break
-        if sent > expires + 1e-9: return True          # lapsed before this beat
+        # lapsed before this heartbeat was sent
+        if sent > expires + 1e-9: return True
         if faults.random() >= lost:
             arrives = sent + (faults.uniform(0, late) if late else 0.0)
-            if arrives > expires + 1e-9:                # this beat came too late
-                return end > expires + 1e-9
+            # arrived after the lapse: a double unless the job was done by then
+            if arrives > expires + 1e-9: return end > expires + 1e-9
             expires = arrives + timeout
         k += 1
     return end > expires + 1e-9
