@@ -19,23 +19,28 @@ from handson.chaos_engine import run as chaos_run
 ENDS = ("ack", "ack_refused", "extend_refused", "abandoned", "fail")
 
 
-def _zombie(events: list[dict]) -> tuple[str, list[dict]] | None:
-    """A job whose older attempt was refused after a newer claim, with its events."""
+def _zombie(events: list[dict]) -> tuple[str, int, list[dict]] | None:
+    """A finished job whose older attempt was refused after a newer claim.
+
+    Returns the job, the refused (zombie) attempt and the job's events.
+    """
     by_job = defaultdict(list)
     for e in events:
         if "job" in e:
             by_job[str(e["job"])].append(e)
     found = []
     for job, evs in by_job.items():
+        if not any(e["ev"] == "ack" for e in evs):
+            continue
         claims = [e for e in evs if e["ev"] == "claim"]
         for e in evs:
             if e["ev"] in ("ack_refused", "extend_refused") and any(
                     c["attempt"] > e["attempt"] and c["t"] < e["t"] for c in claims):
-                found.append((e["ev"] != "ack_refused", job))
+                found.append((e["ev"] != "ack_refused", job, e["attempt"]))
     if not found:
         return None
-    job = min(found)[1]                    # a refused ack first, if there is one
-    return job, by_job[job]
+    _, job, attempt = min(found)           # a refused ack first, if there is one
+    return job, attempt, by_job[job]
 
 
 def record(url: str, seeds: tuple[int, ...] = (1, 2, 3, 4), job_s: float = 0.6,
@@ -50,10 +55,11 @@ def record(url: str, seeds: tuple[int, ...] = (1, 2, 3, 4), job_s: float = 0.6,
             events = _read_events(Path(work) / "events")
         hit = _zombie(events)
         if hit is not None:
-            job, evs = hit
+            job, zombie, evs = hit
             t0 = min(e["t"] for e in evs if e["ev"] == "claim")
             evs = [dict(e, s=(e["t"] - t0) / 1e9) for e in evs]
-            return {"job": job, "events": evs, "lease_s": lease_s, "seed": seed,
+            return {"job": job, "zombie": zombie, "events": evs, "lease_s": lease_s,
+                    "seed": seed,
                     "verdict": rep.verdict, "pauses": rep.stats["pauses"],
                     "applied": rep.stats["applied_histogram"]}
     raise RuntimeError(f"no zombie in {len(seeds)} runs with pauses")
