@@ -208,8 +208,9 @@ def chaos_table(rows: list[ChaosRow]) -> str:
 
 def chaos_figure(rows: list[ChaosRow]):
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
-    fig = Figure(figsize=(6.5, 3.2))
+    fig = Figure(figsize=(6.5, 3.8))
     ax = fig.subplots()
     labels = [f"IDEM={x.idem}\nACK_DELAY={x.ack_delay}" for x in rows]
     xs = range(len(rows))
@@ -222,7 +223,13 @@ def chaos_figure(rows: list[ChaosRow]):
            label="duplicate rows", color="#c0392b")
     ax.set_xticks(list(xs), labels)
     ax.set_ylabel("count")
-    ax.legend(frameon=False)
+    # Counts are whole numbers; the legend sits above the axes, clear of the bars.
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    top = max([x.in_window + x.refused for x in rows]
+              + [x.duplicates for x in rows] + [1])
+    ax.set_ylim(0, top + 0.5)
+    ax.legend(frameon=False, loc="lower left", bbox_to_anchor=(0, 1.02), ncol=1,
+              fontsize=8)
     fig.tight_layout()
     return fig
 
