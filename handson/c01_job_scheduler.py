@@ -321,12 +321,12 @@ def b6(s, show):
         print("  Without renewal the timeout must exceed the SLOWEST job or the")
         print("  slow ones are all executed twice -- and a timeout sized for the")
         print("  slowest job makes every genuine crash cost that long to detect.")
-        print("  That is c11's lease-sizing tradeoff, exactly.")
+        print("  That is the lab's lease-sizing tradeoff, exactly.")
         print("  With a heartbeat the timeout only has to exceed the RENEWAL")
         print("  interval, so it can be seconds while jobs run for minutes.")
         print("  Renewal is the mechanism; idempotency is still required, because")
         print("  a worker partitioned from the queue keeps working while its lease")
-        print("  expires -- which is exactly c11's zombie.")
+        print("  expires -- which is exactly the lab's zombie.")
     return {}
 
 
@@ -381,7 +381,7 @@ def assembly(s):
     print("  the dual write -> lease renewal.")
     print("  Not built, worth ten more minutes: dead-letter queues and the poison")
     print("  message, ordering guarantees per key, and fencing the dispatch itself")
-    print("  so two schedulers cannot both enqueue (that is c11).")
+    print("  so two schedulers cannot both enqueue (the lab's fencing).")
 
 
 def collect(upto=None, show=False):
