@@ -186,3 +186,21 @@ def test_relay_check_fails_when_the_relay_deletes_before_it_publishes(tmp_path,
     finally:
         honest.close()
     outbox_runs.check_relays([good, good], KILLS)
+
+
+# -- the lab: reading a chaos report ------------------------------------------------
+
+def test_chaos_report_verdict_is_the_bug_not_the_configuration(redis_url):
+    # The lab's report run (named after-claim crashes), smaller: the queue whose
+    # claim acks comes out invalid with lost jobs, the reference queue valid.
+    from handson.chaos_engine import ChaosConfig
+    from handson.chaos_engine import run as chaos_run
+
+    config = dict(docs=40, workers=2, iters=5000, lease_s=0.5, kill_every=0,
+                  crash_points=("after-claim",), crash_p=0.1, seed=3)
+    broken = chaos_run(ChaosConfig(queue=str(CORPUS / "ack_in_claim.py"),
+                                   **config), redis_url=redis_url)
+    assert broken.verdict == "invalid" and broken.invariants["lost"].count > 0
+    fixed = chaos_run(ChaosConfig(**config), redis_url=redis_url)
+    assert fixed.verdict == "valid" and fixed.invariants["lost"].count == 0
+    assert fixed.stats["crash_kills"] > 0          # the same crashes happened
