@@ -28,13 +28,13 @@ def test_slope_rate_refuses_a_queue_that_did_not_drain():
 def test_reference_and_ping_end_to_end():
     res = subprocess.run(
         [sys.executable, "-m", "handson.bench", "--size", "small", "--json",
-         "--only", "reference", "reference-batched"],
+         "--workers", "1", "--only", "reference", "reference-batched"],
         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
     got = {(x["system"], x["workers"], x["placement"]) for x in report["results"]}
     assert got == {(s, w, p) for s in ("ping", "reference", "reference-batched")
-                   for w in (1, 2) for p in ("together", "apart")}
+                   for w in (1,) for p in ("together", "apart")}
     assert all(x["rate"] > 0 and len(x["rates"]) == 1 for x in report["results"])
     assert all(x["server_us_per_job"] > 0 for x in report["results"])
     goals = {g["goal"] for g in report["goals"]}

@@ -23,22 +23,15 @@ KILLS = 2
 def test_measure_chaos_check_fails_when_the_claim_acks(redis_url):
     # ack_in_claim forgets a job as it hands it out; a worker that dies right
     # after its claim loses the job, and the table's `lost` column shows it.
+    # (tests/test_measure.py runs the same table on the reference queue.)
     rows = measure.chaos("small", url=redis_url, seed=3,
-                         queue=str(CORPUS / "ack_in_claim.py"), docs=30,
-                         iters=2000, kill_every=0, crash_points=("after-claim",),
+                         queue=str(CORPUS / "ack_in_claim.py"), docs=20,
+                         iters=1000, kill_every=0, crash_points=("after-claim",),
                          crash_p=0.15, lease_s=0.5)
     assert any(x.lost for x in rows), rows
     assert any(x.verdict == "invalid" for x in rows), rows
     with pytest.raises(AssertionError, match="nothing is lost"):
         measure.check_chaos(rows)
-
-
-def test_measure_chaos_check_holds_for_the_same_run_with_the_reference(redis_url):
-    rows = measure.chaos("small", url=redis_url, seed=3, docs=30, iters=2000,
-                         kill_every=0, crash_points=("after-claim",), crash_p=0.15,
-                         lease_s=0.5)
-    measure.check_chaos(rows)
-    assert all(x.verdict == "valid" for x in rows if x.idem), rows
 
 
 # -- Queues and logs: the commit demo and partition ordering ------------------------
