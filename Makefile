@@ -43,7 +43,7 @@ exercises: $(STAMP)
 
 ## bench: no-op jobs through the reference queue, RQ, Celery, huey, dramatiq
 bench: $(STAMP)
-	$(BIN)/python -m pip install -q -c requirements.txt \
+	$(BIN)/python -m pip install -q -r requirements.txt \
 	  -r handson/bench/requirements-bench.txt
 	$(BIN)/python -m handson.bench --repeat 3
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import inspect
 import json
+import textwrap
 
 from IPython.display import HTML, Markdown, display
 
@@ -27,7 +28,7 @@ def show(obj, start: str | None = None, end: str | None = None) -> None:
         i = next(n for n, line in enumerate(lines) if start in line)
         j = len(lines) if end is None else next(
             n for n, line in enumerate(lines[i + 1:], i + 1) if end in line) + 1
-        text = "\n".join(lines[i:j])
+        text = textwrap.dedent("\n".join(lines[i:j]))
     display(Markdown(f"```python\n{text.rstrip()}\n```"))
 
 

@@ -261,15 +261,20 @@ def ack_before_work(size: str = "small", url: str | None = None) -> Experiment:
         broken = _chaos("ack before work", ChaosConfig(**base, ack_before_work=True),
                         url)
         fixed = _chaos("ack after commit", ChaosConfig(**base), url)
-    poison_gone = broken.dlq == 0 and fixed.dlq > 0
-    lesson = (f"Acking first, {broken.kills} kills lost {broken.lost} jobs: they "
-              f"are not in the results, and the DLQ holds {broken.dlq}"
-              + (" (even the poison document vanished: its fail() came after the "
-                 "ack, so there was no lease left to fail)" if poison_gone else "")
-              + ". No error anywhere: the queue did what it was told. Acking after "
-              f"the commit, {fixed.kills} kills lost {fixed.lost}.")
+    # The poison document is lost too when acked first: its fail() finds no lease.
+    poison_lost = fixed.dlq if broken.dlq == 0 else 0
+    killed = broken.lost - poison_lost
+    lesson = (f"Acking first, {broken.kills} kill(s) lost {killed} job(s) that were "
+              f"mid-work, and the DLQ holds {broken.dlq}"
+              + (f": the {poison_lost} poison document(s) vanished as well, because "
+                 "fail() came after the ack and found no lease to fail"
+                 if poison_lost else "")
+              + f" ({broken.lost} lost in all). No error anywhere: the queue did what "
+              f"it was told. Acking after the commit, {fixed.kills} kill(s) lost "
+              f"{fixed.lost}.")
     return Experiment("ack-before-work", broken, fixed, lesson,
-                      _runs_table([broken, fixed]))
+                      _runs_table([broken, fixed]),
+                      {"killed_mid_work": killed, "poison_lost": poison_lost})
 
 
 # -- 4. a producer faster than the consumers, no bound ---------------------------

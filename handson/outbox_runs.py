@@ -171,6 +171,31 @@ def relay_kills(bench: Bench, keyed: bool, docs: int = 100, kills: int = 3,
         db.close()
 
 
+def check_saves(saves: list[SaveRun], kills: int) -> None:
+    """The chapter's claim: each kill leaves a document without its job (two
+    steps) or a job without its document (swapped); the outbox leaves neither."""
+    two, swapped, box = ({s.mode: s for s in saves}[m] for m in outbox.SAVE_MODES)
+    if not (two.documents_without_job == kills
+            and swapped.jobs_without_document == kills):
+        raise AssertionError(f"each of {kills} kills must orphan one: {two}, "
+                             f"{swapped}")
+    if box.documents_without_job or box.jobs_without_document:
+        raise AssertionError(f"the outbox must keep documents and jobs together: "
+                             f"{box}")
+
+
+def check_relays(relays: list[RelayRun], kills: int) -> None:
+    """The chapter's claim: a relay killed between publish and mark delivers a
+    job twice per kill and loses none; the key makes the effect once."""
+    naive, keyed = relays
+    if not (keyed.duplicate_deliveries == kills and keyed.duplicate_effects == 0):
+        raise AssertionError(f"{kills} kills: one extra delivery each, no extra "
+                             f"effect with the key: {keyed}")
+    if keyed.lost or naive.lost:
+        raise AssertionError(f"a relay that publishes first loses nothing: "
+                             f"{naive}, {keyed}")
+
+
 def doubled_deliveries(bench: Bench, docs: int = 20) -> RelayRun:
     """Every document's job delivered twice on purpose: the consumer's key alone
     decides how many effects there are."""

@@ -307,6 +307,15 @@ def policy_table(target: str, workdir: str) -> list[tuple[str, int, int]]:
     return [(p, *policy_emails(Lab(target, workdir, p))) for p in POLICIES]
 
 
+def check_policies(table: list[tuple[str, int, int]]) -> None:
+    """The chapter's claim: looking up by reference sends one email in cases 5
+    and 6 alike, the only policy that does."""
+    emails = {p: (a, b) for p, a, b in table}
+    if emails.get("lookup") != (1, 1):
+        raise AssertionError(f"lookup must send exactly one email in cases 5 and "
+                             f"6: {emails}")
+
+
 def render_policies(table) -> str:
     lines = [f"{'policy':<12}{'case 5':<8}case 6"]
     lines += [f"{p:<12}{a:<8}{b}" for p, a, b in table]

@@ -353,6 +353,26 @@ def order_demo(url: str, keyed: bool, docs: int = 6, events: int = 8,
             "late_per_key": late_per_key}
 
 
+def check_order(keyed: dict, spread: dict) -> None:
+    """Queues and logs' claim: keyed, a document's events stay in order; spread at
+    random they do not; within a partition, order always holds."""
+    if not keyed["late_per_key"] == 0 < spread["late_per_key"]:
+        raise AssertionError(f"keyed must keep each document's order and random "
+                             f"partitions must break it: {keyed}, {spread}")
+    if keyed["out_of_order_in_partition"] or spread["out_of_order_in_partition"]:
+        raise AssertionError(f"a partition is read in order: {keyed}, {spread}")
+
+
+def check_commits(before: dict, after: dict) -> None:
+    """Queues and logs' claim: XACK before the work skips records after a kill
+    and replays none; XACK after the work skips none and replays some."""
+    if not (before["skipped"] > 0 and before["replayed"] == 0):
+        raise AssertionError(f"commit before the work must skip, not replay: "
+                             f"{before}")
+    if not (after["skipped"] == 0 and after["replayed"] > 0):
+        raise AssertionError(f"commit after the work must replay, not skip: {after}")
+
+
 def slow_record_demo(url: str, records: int = 30, partitions: int = 3,
                      slow_s: float = 1.0, work_ms: float = 20) -> list[dict]:
     """One slow record: the log's partition waits behind it, the queue does not.

@@ -6,6 +6,7 @@ benchmark's numbers belong in its report, not in a pass/fail test.
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -27,19 +28,43 @@ def test_slope_rate_refuses_a_queue_that_did_not_drain():
 def test_reference_and_ping_end_to_end():
     res = subprocess.run(
         [sys.executable, "-m", "handson.bench", "--size", "small", "--json",
-         "--only", "reference", "reference-batched"],
+         "--workers", "1", "--only", "reference", "reference-batched"],
         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
-    got = {(x["system"], x["workers"]) for x in report["results"]}
-    assert got == {(s, w) for s in ("ping", "reference", "reference-batched")
-                   for w in (1, 2)}
+    got = {(x["system"], x["workers"], x["placement"]) for x in report["results"]}
+    assert got == {(s, w, p) for s in ("ping", "reference", "reference-batched")
+                   for w in (1,) for p in ("together", "apart")}
     assert all(x["rate"] > 0 and len(x["rates"]) == 1 for x in report["results"])
     assert all(x["server_us_per_job"] > 0 for x in report["results"])
     goals = {g["goal"] for g in report["goals"]}
-    assert "reference >= 90% of PING/2 per worker (1w)" in goals
-    assert "batched > 50,000 jobs/s per worker (1w)" in goals
-    assert "ping loop, 1 client(s)" in res.stderr      # progress is shown
+    assert "reference >= 90% of PING/2 per worker (1w, together)" in goals
+    assert "batched > 50,000 jobs/s per worker (1w, apart)" in goals
+    assert "ping, together, 1 worker(s)" in res.stderr      # progress is shown
+
+
+def test_placement_pins_the_workers_and_the_server(redis_url, tmp_path):
+    # The worker pins itself from BENCH_CPUS; the runner pins the server's threads.
+    server_cpus, worker_cpus = run.cpus("apart")
+    assert server_cpus.isdisjoint(worker_cpus)
+    assert run.cpus("together")[0] == run.cpus("together")[1]
+    proc = run._spawn(["rq-does-not-exist"], redis_url, str(tmp_path), "x",
+                      worker_cpus)
+    proc.wait(timeout=60)
+    assert proc.returncode == 2          # unknown system: usage, exit 2
+    code = ("import os; from handson.bench import worker; worker.main(['ping', '1']);"
+            "print(sorted(os.sched_getaffinity(0)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=60,
+                         env={**os.environ, "BENCH_REDIS_URL": redis_url,
+                              "BENCH_CPUS": ",".join(map(str, worker_cpus))})
+    assert out.stdout.strip().splitlines()[-1] == str(sorted(worker_cpus))
+
+
+def test_unknown_placement_is_one_clear_line():
+    res = subprocess.run([sys.executable, "-m", "handson.bench", "--placement",
+                          "sideways"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "invalid choice: 'sideways'" in res.stderr
 
 
 def test_filled_reference_queue_holds_exactly_n_jobs(r, redis_url, monkeypatch):
@@ -66,7 +91,7 @@ def test_table_marks_goals_met_or_short():
               "skipped": {"celery": "celery is not installed"},
               "goals": run.goals(results)}
     text = run.table(report)
-    assert "MET   reference >= 90% of PING/2 per worker (1w): 95%" in text
-    assert "MET   reference >= 10x RQ (1w): 19.0x" in text
-    assert "SHORT batched > 50,000 jobs/s per worker (1w): 40,000" in text
+    assert "MET   reference >= 90% of PING/2 per worker (1w, unpinned): 95%" in text
+    assert "MET   reference >= 10x RQ (1w, unpinned): 19.0x" in text
+    assert "SHORT batched > 50,000 jobs/s per worker (1w, unpinned): 40,000" in text
     assert "celery             skipped: celery is not installed" in text

@@ -31,7 +31,11 @@ def test_ack_before_work_loses_silently(redis_url):
     assert exp.broken.lost > 0
     assert exp.broken.dlq == 0
     assert exp.fixed.lost == 0 and exp.fixed.verdict == "valid"
-    assert f"lost {exp.broken.lost} jobs" in exp.text()
+    killed, poison = exp.facts["killed_mid_work"], exp.facts["poison_lost"]
+    assert killed + poison == exp.broken.lost
+    assert 0 <= killed <= exp.broken.kills       # each job lost mid-work needs a kill
+    assert f"lost {killed} job(s) that were mid-work" in exp.text()
+    assert f"({exp.broken.lost} lost in all)" in exp.text()
 
 
 def test_unbounded_grows_bound_refuses(redis_url):

@@ -12,6 +12,7 @@ import importlib.util
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,39 @@ def test_checker_notices_a_page_that_reaches_for_the_network(chromium, tmp_path)
                    f"</head><body>{simwidget.html(script)}{calc}</body></html>")
     with pytest.raises(AssertionError, match="tried the network"):
         checker.check(bad, chromium)
+
+
+def _page_errors(binary: str, page: Path) -> list[str]:
+    """Uncaught exceptions and console errors while `page` loads, no network."""
+    with checker.Chromium(binary) as b:
+        b.send("Runtime.enable")
+        b.send("Log.enable")
+        b.send("Page.enable")
+        b.send("Page.navigate", url=page.resolve().as_uri())
+        b.wait_event("Page.loadEventFired")
+        time.sleep(0.5)              # late scripts (async, deferred) have run
+        b.js("1")                    # and their events have been read
+        out = []
+        for ev in b.events:
+            m, p = ev.get("method"), ev.get("params", {})
+            if m == "Runtime.exceptionThrown":
+                d = p["exceptionDetails"]
+                out.append(d.get("exception", {}).get("description", d.get("text")))
+            elif m == "Runtime.consoleAPICalled" and p.get("type") == "error":
+                out.append(" ".join(str(a.get("value", a.get("description")))
+                                    for a in p.get("args", [])))
+            elif (m == "Log.entryAdded" and p["entry"].get("level") == "error"
+                  and p["entry"].get("source") == "javascript"):
+                out.append(p["entry"].get("text"))
+        return out
+
+
+def test_no_page_of_the_built_book_logs_a_script_error(chromium):
+    # Every page once: a script error on any of them (a doubled `const`, a widget
+    # that throws) is a defect a reader sees in the console.
+    pages = sorted((ROOT / "_build" / "html" / "book").rglob("*.html"))
+    if not pages:
+        pytest.skip("the book is not built (`make book` writes _build/html)")
+    errors = {str(p.relative_to(ROOT)): e for p in pages
+              if (e := _page_errors(chromium, p))}
+    assert errors == {}, errors

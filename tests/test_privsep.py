@@ -104,7 +104,32 @@ def test_forged_verdicts_earn_nothing(tmp_path, assignment, module_file):
     passed = [c["name"] for c in data["checks"] if c["ok"]]
     assert data["score"] == 0, passed
     assert not [c for c in data["checks"] if c.get("got") == "forged"]
-    assert "NotImplementedError" in json.dumps(data)   # the stubs really ran
+    # Refused by the static review of own work, or run and failed as stubs.
+    text = json.dumps(data)
+    assert "must be your own code" in text or "NotImplementedError" in text
+
+
+def test_the_judges_alone_are_not_fooled_by_the_forgery(tmp_path):
+    """Past the review of own work: the checks and chaos run the forged module
+    behind the pipe, and nothing it does in its own process reaches a verdict."""
+    from autograder import claim_ack_reap, queue_runs
+    from handson.redis_server import EmbeddedRedis
+
+    module = tmp_path / "myqueue.py"
+    module.write_text(FORGERY)
+    server = EmbeddedRedis().start()
+    try:
+        results, _ = queue_runs.contract(str(module), server.url,
+                                         ["enqueue_idempotent", "attempt_grows"],
+                                         timeout=120)
+        report = queue_runs.chaos(str(module), server.url + "?db=1",
+                                  claim_ack_reap.chaos_args(1, True), 120)
+    finally:
+        server.stop()
+    assert set(results) == {"enqueue_idempotent", "attempt_grows"}
+    for res in results.values():
+        assert not res["ok"] and "NotImplementedError" in res["got"], res
+    assert report["verdict"] != "valid", report
 
 
 # The observation of assignment 1 used to run in the learner's kernel: a cell

@@ -165,10 +165,18 @@
     ".eo-qsim .eo-row{display:flex;flex-wrap:wrap;gap:10px 18px;align-items:center;",
     "margin:4px 0}",
     ".eo-qsim label{display:flex;gap:6px;align-items:center}",
-    ".eo-qsim button{width:auto;padding:3px 10px;border:1px solid #888;border-radius:4px;",
-    "background:#f4f4f4;cursor:pointer}",
+    /* The widget draws on white in either theme: its controls say so explicitly,
+       so a dark theme's light text colour cannot make them vanish. */
+    ".eo-qsim{color-scheme:light}",
+    ".eo-qsim button{width:auto;padding:3px 10px;border:1px solid #555;border-radius:4px;",
+    "background:#f4f4f4;color:#222;cursor:pointer}",
+    ".eo-qsim select,.eo-qsim input{color:#222;background:#fff}",
     ".eo-qsim button.kill{border-color:#b22;color:#b22}",
-    ".eo-qsim canvas{width:100%;height:auto;display:block;margin-top:6px}",
+    /* Below 600 px the drawings scroll sideways instead of shrinking their
+       labels to a few pixels. */
+    ".eo-qsim .eo-canvases{overflow-x:auto}",
+    ".eo-qsim canvas{width:100%;min-width:600px;height:auto;display:block;",
+    "margin-top:6px}",
     ".eo-qsim .eo-counters span{font-variant-numeric:tabular-nums}",
     ".eo-qsim .eo-counters b{font-size:16px}",
     ".eo-qsim .eo-note{color:#555;font-size:12px;min-height:1.4em}"
@@ -240,7 +248,9 @@
       role: "img", "aria-label": "queue, workers and leased jobs" });
     var lag = el("canvas", { width: "680", height: "150", "data-qsim": "lag",
       role: "img", "aria-label": "lag: waiting jobs over the last 60 seconds" });
-    root.append(r1, r2, counters, noteE, pool, lag);
+    var canvases = el("div", { "class": "eo-canvases" });
+    canvases.append(pool, lag);
+    root.append(r1, r2, counters, noteE, canvases);
 
     function labels() {
       arrV.textContent = (+arr.value).toFixed(1);

@@ -15,6 +15,14 @@ Beside each rate is the redis-server's own CPU time per job (from INFO cpu,
 over the drain), which separates what a queue costs the server from what it
 costs the client and the round trips.
 
+Where the processes run decides the result on a small machine, so it is
+controlled and reported: each measurement runs with the workers and the
+redis-server pinned to one CPU ("together") and to different CPUs ("apart").
+Apart, every request wakes a sleeping CPU and every reply wakes another; together,
+the two sides hand over on one CPU. The PING loop runs under the same placement,
+and the points are measured round-robin (each repeat visits every placement and
+system once) so drift on a shared machine spreads over all of them alike.
+
 Everything runs on one private redis-server (never the user's: the benchmark
 flushes it), on a Unix socket, no persistence.
 """
@@ -44,6 +52,7 @@ SIZES = {  # jobs per measurement, chosen so each drain takes a second or more
               "rq": 300, "celery": 400, "huey": 800, "dramatiq": 800},
 }
 WORKERS = (1, 2)
+PLACEMENTS = ("together", "apart")
 POLL_S = 0.005
 
 
@@ -54,6 +63,7 @@ class Result:
     jobs: int
     rates: list[float]            # one per repeat, jobs/s for the whole pool
     server_us: list[float]        # one per repeat, redis-server CPU per job (µs)
+    placement: str = "unpinned"   # "together", "apart" or "unpinned"
 
     @property
     def rate(self) -> float:
@@ -81,8 +91,37 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _spawn(args: list[str], url: str, logdir: str, tag: str) -> subprocess.Popen:
+def cpus(placement: str) -> tuple[set[int] | None, set[int] | None]:
+    """(server CPUs, worker CPUs) for a placement; None leaves it to the kernel."""
+    mine = sorted(os.sched_getaffinity(0))
+    if placement == "together":
+        return {mine[0]}, {mine[0]}
+    if placement == "apart":
+        if len(mine) < 2:
+            raise BenchError("placement 'apart' needs two CPUs; this process may "
+                             f"use {mine}")
+        return {mine[0]}, {mine[1]}
+    if placement == "unpinned":
+        return None, None
+    raise BenchError(f"unknown placement {placement!r}; choose from "
+                     f"{', '.join(PLACEMENTS)} or unpinned")
+
+
+def pin_process(pid: int, cpu_set: set[int] | None) -> None:
+    """Every thread of `pid` onto `cpu_set` (None: every CPU this process may use)."""
+    target = cpu_set or os.sched_getaffinity(0)
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), target)
+        except ProcessLookupError:
+            pass                        # a thread that just exited
+
+
+def _spawn(args: list[str], url: str, logdir: str, tag: str,
+           cpu_set: set[int] | None = None) -> subprocess.Popen:
     env = {**os.environ, "BENCH_REDIS_URL": url, "PYTHONUNBUFFERED": "1"}
+    if cpu_set is not None:             # the worker pins itself before any thread
+        env["BENCH_CPUS"] = ",".join(map(str, sorted(cpu_set)))
     err = open(os.path.join(logdir, f"{tag}.err"), "w")  # noqa: SIM115
     return subprocess.Popen([sys.executable, "-m", "handson.bench.worker", *args],
                             env=env, stdout=subprocess.PIPE, stderr=err,
@@ -132,7 +171,8 @@ def server_cpu_s(r: redis.Redis) -> float:
 
 
 def drain_rate(system: System, url: str, n: int, workers: int, logdir: str,
-               timeout_s: float = 120.0) -> tuple[float, float]:
+               timeout_s: float = 120.0,
+               cpu_set: set[int] | None = None) -> tuple[float, float]:
     """Fill with n jobs, start the workers: (drain rate, server CPU µs per job)."""
     r = redis.Redis.from_url(url)
     r.flushall()
@@ -143,7 +183,7 @@ def drain_rate(system: System, url: str, n: int, workers: int, logdir: str,
         raise BenchError(f"{system.name}: filled {n} jobs but {left} are waiting")
     tags = [f"{system.name}-{workers}-{i}" for i in range(workers)]
     cpu0 = server_cpu_s(r)
-    procs = [_spawn([system.name], url, logdir, t) for t in tags]
+    procs = [_spawn([system.name], url, logdir, t, cpu_set) for t in tags]
     samples: list[tuple[float, int]] = []
     try:
         deadline = time.monotonic() + timeout_s
@@ -167,11 +207,12 @@ def drain_rate(system: System, url: str, n: int, workers: int, logdir: str,
     return slope_rate(samples, n), cpu * 1e6 / max(1, n - left)
 
 
-def ping_rate(url: str, n: int, workers: int, logdir: str) -> tuple[float, float]:
+def ping_rate(url: str, n: int, workers: int, logdir: str,
+              cpu_set: set[int] | None = None) -> tuple[float, float]:
     """(PINGs/s of `workers` clients at once, server CPU µs per PING)."""
     r = redis.Redis.from_url(url)
     cpu0 = server_cpu_s(r)
-    procs = [_spawn(["ping", str(n)], url, logdir, f"ping-{workers}-{i}")
+    procs = [_spawn(["ping", str(n)], url, logdir, f"ping-{workers}-{i}", cpu_set)
              for i in range(workers)]
     rates = []
     try:
@@ -189,43 +230,42 @@ def ping_rate(url: str, n: int, workers: int, logdir: str) -> tuple[float, float
 
 
 def run(size: str = "full", only: list[str] | None = None, repeat: int = 1,
-        workers: tuple[int, ...] = WORKERS) -> dict:
-    """Every measurement, `repeat` times each; skipped peers say why."""
+        workers: tuple[int, ...] = WORKERS,
+        placements: tuple[str, ...] = PLACEMENTS) -> dict:
+    """Every measurement, `repeat` rounds of all of them; skipped peers say why."""
     sizes = SIZES[size]
     names = only or list(SYSTEMS)
     unknown = [x for x in names if x not in SYSTEMS]
     if unknown:
         raise SystemExit(f"unknown system(s) {unknown}; choose from {list(SYSTEMS)}")
-    results: list[Result] = []
-    skipped: dict[str, str] = {}
+    skipped = {n: why for n in names if (why := SYSTEMS[n].missing())}
+    for name, why in skipped.items():
+        _log(f"{name}: skipped, {why}")
+    points = [(p, w, name) for p in placements for w in workers
+              for name in ["ping", *(n for n in names if n not in skipped)]]
+    runs: dict[tuple, list[tuple[float, float]]] = {x: [] for x in points}
     server = EmbeddedRedis().start()
     try:
         with tempfile.TemporaryDirectory(prefix="eo-bench-") as logdir:
-            for w in workers:
-                runs = []
-                for k in range(repeat):
-                    _log(f"ping loop, {w} client(s), run {k + 1}/{repeat}")
-                    runs.append(ping_rate(server.url, sizes["ping"], w, logdir))
-                results.append(Result("ping", w, sizes["ping"], *map(list, zip(*runs,
-                                                                       strict=True))))
-            for name in names:
-                system = SYSTEMS[name]
-                why = system.missing()
-                if why:
-                    skipped[name] = why
-                    _log(f"{name}: skipped, {why}")
-                    continue
-                for w in workers:
-                    runs = []
-                    for k in range(repeat):
-                        _log(f"{name}, {w} worker(s), {sizes[name]:,} jobs, "
-                             f"run {k + 1}/{repeat}")
-                        runs.append(drain_rate(system, server.url, sizes[name], w,
-                                               logdir))
-                    results.append(Result(name, w, sizes[name],
-                                          *map(list, zip(*runs, strict=True))))
+            for k in range(repeat):
+                for p, w, name in points:
+                    server_cpus, worker_cpus = cpus(p)
+                    pin_process(server.pid, server_cpus)
+                    _log(f"{name}, {p}, {w} worker(s), {sizes[name]:,} "
+                         f"{'PINGs' if name == 'ping' else 'jobs'}, "
+                         f"run {k + 1}/{repeat}")
+                    if name == "ping":
+                        runs[(p, w, name)].append(ping_rate(
+                            server.url, sizes["ping"], w, logdir, worker_cpus))
+                    else:
+                        runs[(p, w, name)].append(drain_rate(
+                            SYSTEMS[name], server.url, sizes[name], w, logdir,
+                            cpu_set=worker_cpus))
     finally:
         server.stop()
+    results = [Result(name, w, sizes[name], *map(list, zip(*runs[(p, w, name)],
+                                                           strict=True)), p)
+               for p, w, name in points]
     return {"size": size, "repeat": repeat, "batch": BATCH,
             "cpu_count": os.cpu_count(), "skipped": skipped,
             "results": [asdict(x) | {"rate": x.rate, "per_worker": x.per_worker,
@@ -234,58 +274,69 @@ def run(size: str = "full", only: list[str] | None = None, repeat: int = 1,
             "goals": goals(results)}
 
 
-def _find(results: list[Result], system: str, workers: int) -> Result | None:
-    return next((x for x in results if x.system == system and x.workers == workers),
-                None)
+def _find(results: list[Result], system: str, workers: int,
+          placement: str) -> Result | None:
+    return next((x for x in results if x.system == system and x.workers == workers
+                 and x.placement == placement), None)
 
 
 def goals(results: list[Result]) -> list[dict]:
-    """The issue's four goals, each with the measured value and met or not."""
+    """The course's four goals per placement, each with the value and met or not."""
     out = []
-    for w in sorted({x.workers for x in results}):
-        ping, ref = _find(results, "ping", w), _find(results, "reference", w)
-        if ping and ref:
-            ratio = ref.per_worker / (ping.per_worker / 2)
-            out.append({"goal": f"reference >= 90% of PING/2 per worker ({w}w)",
-                        "value": ratio, "shown": f"{ratio:.0%}", "met": ratio >= 0.9})
-        rq = _find(results, "rq", w)
-        if ref and rq:
-            ratio = ref.rate / rq.rate
-            out.append({"goal": f"reference >= 10x RQ ({w}w)", "value": ratio,
-                        "shown": f"{ratio:.1f}x", "met": ratio >= 10})
-        peers = [x for x in results if x.workers == w
-                 and x.system in ("rq", "celery", "huey", "dramatiq")]
-        if ref and peers:
-            best = max(peers, key=lambda x: x.per_worker)
-            ratio = ref.per_worker / best.per_worker
-            out.append({"goal": f"reference ahead of every peer per worker ({w}w)",
-                        "value": ratio, "shown": f"{ratio:.1f}x {best.system}",
-                        "met": ratio > 1})
-        bat = _find(results, "reference-batched", w)
-        if bat:
-            out.append({"goal": f"batched > 50,000 jobs/s per worker ({w}w)",
-                        "value": bat.per_worker, "shown": f"{bat.per_worker:,.0f}",
-                        "met": bat.per_worker > 50_000})
+    for pl in dict.fromkeys(x.placement for x in results):
+        for w in sorted({x.workers for x in results if x.placement == pl}):
+            out += _goals(results, w, pl)
+    return out
+
+
+def _goals(results: list[Result], w: int, pl: str) -> list[dict]:
+    out = []
+    at = f"{w}w, {pl}"
+    ping, ref = _find(results, "ping", w, pl), _find(results, "reference", w, pl)
+    if ping and ref:
+        ratio = ref.per_worker / (ping.per_worker / 2)
+        out.append({"goal": f"reference >= 90% of PING/2 per worker ({at})",
+                    "value": ratio, "shown": f"{ratio:.0%}", "met": ratio >= 0.9})
+    rq = _find(results, "rq", w, pl)
+    if ref and rq:
+        ratio = ref.rate / rq.rate
+        out.append({"goal": f"reference >= 10x RQ ({at})", "value": ratio,
+                    "shown": f"{ratio:.1f}x", "met": ratio >= 10})
+    peers = [x for x in results if x.workers == w and x.placement == pl
+             and x.system in ("rq", "celery", "huey", "dramatiq")]
+    if ref and peers:
+        best = max(peers, key=lambda x: x.per_worker)
+        ratio = ref.per_worker / best.per_worker
+        out.append({"goal": f"reference ahead of every peer per worker ({at})",
+                    "value": ratio, "shown": f"{ratio:.1f}x {best.system}",
+                    "met": ratio > 1})
+    bat = _find(results, "reference-batched", w, pl)
+    if bat:
+        out.append({"goal": f"batched > 50,000 jobs/s per worker ({at})",
+                    "value": bat.per_worker, "shown": f"{bat.per_worker:,.0f}",
+                    "met": bat.per_worker > 50_000})
     return out
 
 
 def table(report: dict) -> str:
     """The results as a plain-text table, then the goals."""
     res = report["results"]
-    ping1 = next((x for x in res if x["system"] == "ping" and x["workers"] == 1), None)
-    lines = [f"{'system':<18} {'workers':>7} {'jobs/s':>10} {'per worker':>10} "
-             f"{'vs PING/2':>9} {'server µs/job':>13} {'spread (jobs/s)':>17}"]
+    lines = [f"{'system':<18} {'placement':<9} {'workers':>7} {'jobs/s':>9} "
+             f"{'per worker':>10} {'vs PING/2':>9} {'server µs/job':>13} "
+             f"{'spread (jobs/s)':>15}"]
     for x in res:
+        pl = x.get("placement", "unpinned")
         ping = next((p for p in res if p["system"] == "ping"
-                     and p["workers"] == x["workers"]), ping1)
+                     and p["workers"] == x["workers"]
+                     and p.get("placement", "unpinned") == pl), None)
         vs = ("" if x["system"] == "ping" or not ping
               else f"{x['per_worker'] / (ping['per_worker'] / 2):.0%}")
         spread = ""
         if len(x["rates"]) > 1:
             spread = f"{min(x['rates']):,.0f}-{max(x['rates']):,.0f}"
-        lines.append(f"{x['system']:<18} {x['workers']:>7} {x['rate']:>10,.0f} "
-                     f"{x['per_worker']:>10,.0f} {vs:>9} "
-                     f"{x['server_us_per_job']:>13.1f} {spread:>17}")
+        lines.append(f"{x['system']:<18} {pl:<9} {x['workers']:>7} "
+                     f"{x['rate']:>9,.0f} {x['per_worker']:>10,.0f} {vs:>9} "
+                     f"{x['server_us_per_job']:>13.1f} {spread:>15}")
     for name, why in report["skipped"].items():
         lines.append(f"{name:<18} skipped: {why}")
     lines.append("")
@@ -301,12 +352,21 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"a subset of {', '.join(SYSTEMS)}")
     ap.add_argument("--repeat", type=int, default=1,
                     help="measure each point this many times (median, spread)")
+    ap.add_argument("--workers", type=int, nargs="+", default=list(WORKERS),
+                    help="worker processes per point (default: 1 2)")
+    ap.add_argument("--placement", nargs="+", default=list(PLACEMENTS),
+                    choices=[*PLACEMENTS, "unpinned"],
+                    help="workers and server on one CPU, on different CPUs, or "
+                         "wherever the kernel puts them (default: together apart)")
     ap.add_argument("--json", action="store_true", help="print JSON, not a table")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
+    if min(args.workers) < 1:
+        ap.error("--workers must be at least 1")
     try:
-        report = run(args.size, args.only, args.repeat)
+        report = run(args.size, args.only, args.repeat, tuple(args.workers),
+                     tuple(args.placement))
     except BenchError as err:
         print(f"benchmark failed: {err}", file=sys.stderr)
         return 1

@@ -38,7 +38,7 @@ class System:
         """Why this system cannot run here, or None."""
         if self.needs and importlib.util.find_spec(self.needs) is None:
             return (f"{self.needs} is not installed (make bench installs it from "
-                    "handson/bench/requirements-bench.txt)")
+                    "requirements.txt)")
         return None
 
 

@@ -1,10 +1,13 @@
 """A benchmark worker process: `python -m handson.bench.worker SYSTEM` or `ping N`.
 
-BENCH_REDIS_URL names the server. `ping N` times N PINGs on one connection and
-prints the rate: the most round trips per second one client can make.
+BENCH_REDIS_URL names the server; BENCH_CPUS (e.g. "1"), when set, pins this
+process to those CPUs before any thread starts, so every thread inherits it.
+`ping N` times N PINGs on one connection and prints the rate: the most round
+trips per second one client can make.
 """
 
 import json
+import os
 import sys
 import time
 
@@ -24,6 +27,8 @@ def ping_rate(n: int) -> float:
 
 
 def main(argv: list[str]) -> int:
+    if os.environ.get("BENCH_CPUS"):
+        os.sched_setaffinity(0, {int(c) for c in os.environ["BENCH_CPUS"].split(",")})
     if argv[:1] == ["ping"]:
         print(json.dumps({"ping_per_s": ping_rate(int(argv[1]))}), flush=True)
         return 0

@@ -1,0 +1,76 @@
+"""The course's headline numbers, recomputed small enough for a review page.
+
+The review pages quote what each chapter measured; this module reruns the same
+lab code at a size that takes seconds, so those pages glue numbers from a run
+instead of copying them from another page.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+from contextlib import ExitStack
+
+from handson import c01_job_scheduler as c01
+from handson import outbox, outbox_runs, replay_matrix, sim
+from handson.chaos_engine import ChaosConfig
+from handson.chaos_engine import run as chaos_run
+from handson.redis_server import redis_url
+from handson.sqldb import default_target
+
+
+def delivery() -> dict:
+    """Chapter 1's stream: every crash is a lost job (ack first) or a repeat."""
+    jobs = c01.stream()
+    return {"jobs": len(jobs), "crashes": sum(crashed for _, crashed in jobs)}
+
+
+def drain(seeds: range = range(1, 11)) -> dict:
+    """The simulation's spike against backlog / (capacity - arrivals)."""
+    cap = sim.QueueSim(workers=4).capacity()
+    runs = [sim.spike_drain_s(seed) for seed in seeds]
+    return {"spike": sim.SPIKE_JOBS, "capacity": cap, "arrivals": 6.0,
+            "predicted_s": sim.predicted_drain_s(sim.SPIKE_JOBS, cap, 6.0),
+            "mean_s": statistics.mean(runs), "lease_s": sim.LEASE_TICKS * sim.TICK_S}
+
+
+def chaos(url: str, docs: int = 60) -> dict:
+    """The naive and the idempotent sink under kills, with a 10 ms ack delay."""
+    out = {}
+    for idem in (False, True):
+        cfg = ChaosConfig(docs=docs, workers=2, iters=20_000, kill_every=0.3,
+                          idem=idem, ack_delay=0.01, lease_s=0.5, seed=1)
+        rep = chaos_run(cfg, redis_url=url)
+        s = rep.stats
+        out["idem" if idem else "naive"] = {
+            "verdict": rep.verdict, "kills": s["kills"], "lost": s["lost"],
+            "duplicates": s["rows"] - s["distinct"], "dlq": s["dlq"]}
+    return out
+
+
+def policies() -> dict:
+    """Emails in replay cases 5 and 6 under each stale-claim policy."""
+    with tempfile.TemporaryDirectory(prefix="eo-review-") as tmp:
+        target = default_target(os.path.join(tmp, "jobs.sqlite"))
+        return {p: (a, b) for p, a, b in replay_matrix.policy_table(target, tmp)}
+
+
+def dual_write(url: str, docs: int = 30, kills: int = 3) -> dict:
+    """Saves killed between the two writes, for each save mode."""
+    with tempfile.TemporaryDirectory(prefix="eo-review-") as tmp:
+        bench = outbox_runs.Bench(default_target(os.path.join(tmp, "app.sqlite")), url)
+        try:
+            runs = [outbox_runs.dual_write(bench, m, docs=docs, kills=kills)
+                    for m in outbox.SAVE_MODES]
+        finally:
+            bench.close()
+    return {r.mode: r for r in runs}
+
+
+def everything() -> dict:
+    """All of the above on one private Redis."""
+    with ExitStack() as stack:
+        url = stack.enter_context(redis_url())
+        return {"delivery": delivery(), "drain": drain(), "chaos": chaos(url),
+                "policies": policies(), "dual_write": dual_write(url)}

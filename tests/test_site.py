@@ -1,0 +1,178 @@
+"""The built site read as a reader sees it: defects that must not come back.
+
+Each test reads `_build/html` (CI builds the book before pytest runs) and looks
+for one kind of defect the book has had: a table left as raw pipe text, a stray
+return value printed under a cell, words we use among ourselves, a reference to
+a chapter that does not exist, a script that breaks in every page's console, and
+a measured number typed into the prose beside the glue that should carry it.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = ROOT / "_build" / "html"
+
+
+def _pages() -> dict[str, str]:
+    pages = sorted((SITE / "book").rglob("*.html"))
+    if not pages:
+        pytest.skip("the book is not built: run `make book` (CI builds it before "
+                    "the tests)")
+    return {str(p.relative_to(SITE)): p.read_text(errors="replace") for p in pages}
+
+
+@pytest.fixture(scope="module")
+def pages() -> dict[str, str]:
+    return _pages()
+
+
+def _main(page: str) -> str:
+    """The article only: no navigation, scripts or styles."""
+    m = re.search(r'<article class="bd-article".*?</article>', page, re.S)
+    body = m.group(0) if m else page
+    return re.sub(r"<(script|style)\b.*?</\1>", "", body, flags=re.S)
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def _prose(page: str) -> str:
+    """Rendered text outside code and outputs (pre blocks and code cells)."""
+    body = re.sub(r"<pre\b.*?</pre>", " ", _main(page), flags=re.S)
+    return _text(body)
+
+
+def test_the_build_is_present_and_covers_the_toc(pages):
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    missing = [f for f in files if f"{f}.html" not in pages]
+    assert missing == [], f"toc entries with no built page: {missing}"
+
+
+def test_no_table_is_left_as_raw_pipe_text(pages):
+    raw = {name: m.group(0) for name, page in pages.items()
+           if (m := re.search(r"\|\s*:?(?:-{3,}|[—–]+-*):?\s*\|", _prose(page)))}
+    assert raw == {}, f"markdown tables rendered as text: {raw}"
+
+
+def test_no_cell_prints_a_stray_return_value(pages):
+    # An output box whose whole text is a repr: `{}`, `{'stream': ...}`, `None`.
+    stray = {}
+    for name, page in pages.items():
+        for out in re.findall(r'<div class="cell_output docutils container">(.*?)'
+                              r"</div>\s*</div>", _main(page), re.S):
+            text = _text(out).strip()
+            if re.fullmatch(r"\{.*\}|\[\]|None|\(\)|<[\w.]+ object at 0x\w+>", text,
+                            re.S) and len(text) < 400:
+                stray.setdefault(name, []).append(text[:80])
+    assert stray == {}, f"stray reprs under cells: {stray}"
+
+
+AUTHORING = re.compile(r"\bthe seed(?:'s|’s)?\b(?! (?:is|was|=|of the))|"
+                       r"\boriginal page\b", re.I)
+
+
+def test_no_authoring_vocabulary_in_the_prose(pages):
+    hits = {name: [m.group(0) for m in AUTHORING.finditer(_prose(page))]
+            for name, page in pages.items()}
+    hits = {k: v for k, v in hits.items() if v}
+    assert hits == {}, f"words a reader cannot know: {hits}"
+
+
+def test_no_reference_to_a_chapter_that_does_not_exist(pages):
+    toc = (ROOT / "_toc.yml").read_text()
+    known = set(re.findall(r"\bc(\d\d)_", toc))
+    dangling = {}
+    for name, page in pages.items():
+        for m in re.finditer(r"(?<!#)\bc(\d\d)(?:'s|’s)?\b", _text(_main(page))):
+            if m.group(1) not in known:
+                dangling.setdefault(name, set()).add(m.group(0))
+    assert dangling == {}, f"chapter ids not in the toc: {dangling}"
+
+
+def test_no_page_declares_the_same_script_constant_twice(pages):
+    # The cause of a SyntaxError in every page's console: an inline script block
+    # (sphinx-thebe's `const THEBE_JS_URL = ...`) written into the page twice.
+    doubled = {}
+    for name, page in pages.items():
+        consts = re.findall(r"<script>[^<]*?\bconst\s+(\w+)\s*=", page)
+        if len(consts) != len(set(consts)):
+            doubled[name] = sorted({c for c in consts if consts.count(c) > 1})
+        if "THEBE_JS_URL" in page:
+            doubled.setdefault(name, []).append("THEBE_JS_URL present")
+    assert doubled == {}, doubled
+
+
+# Numbers worth guarding: with a thousands separator, a decimal point, or three
+# digits or more (a 2 or a 10 is as often a setting as a measurement).
+_NUM = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,])|"
+                  r"(?<![\w.,])\d+\.\d+(?![\w.])|(?<![\w.,])\d{3,}(?![\w.,])")
+
+
+def _typed_copies(page: str) -> list[tuple[str, str]]:
+    """Numbers typed in a paragraph that equal a value glued into the same page.
+
+    Glued values render as `pasted-text` spans. A typed copy of one of them is a
+    measurement that will not follow the next run: the claim guard.
+    """
+    main = _main(page)
+    glued = {_text(g).strip() for g in re.findall(
+        r'<span class="pasted-text">(.*?)</span>', main, re.S)}
+    glued = {g for g in glued if _NUM.fullmatch(g)}
+    out = []
+    for para in re.findall(r"<p>(.*?)</p>", main, re.S):
+        if "pasted-text" not in para:
+            continue
+        typed = re.sub(r'<span class="pasted-text">.*?</span>|<code\b.*?</code>|'
+                       r'<span class="math.*?</span>', " ", para, flags=re.S)
+        for m in _NUM.finditer(_text(typed)):
+            if m.group(0) in glued:
+                out.append((m.group(0), _text(para)[:120]))
+    return out
+
+
+def test_no_measured_number_is_typed_beside_its_glue(pages):
+    typed = {name: hits for name, page in pages.items()
+             if (hits := _typed_copies(page))}
+    assert typed == {}, f"numbers typed where the page glues them: {typed}"
+
+
+def test_the_claim_guard_catches_a_typed_copy():
+    # The guard itself can fail: a paragraph that glues 398 and also types it.
+    page = ('<article class="bd-article"><p>Acking first lost <span class='
+            '"pasted-text">398</span> jobs; that is 398 jobs gone.</p></article>')
+    assert _typed_copies(page) == [("398", "Acking first lost 398 jobs; that is "
+                                    "398 jobs gone.")]
+    assert _typed_copies(page.replace("that is 398", "that is all")) == []
+
+
+def test_the_glossary_has_index_entries_and_chapters_link_to_it(pages):
+    index = (SITE / "genindex.html").read_text(errors="replace")
+    assert "glossary.html#term-lease" in index, "the index has no glossary terms"
+    linking = [n for n, p in pages.items()
+               if "glossary.html#term-" in p and not n.endswith("glossary.html")]
+    assert len(linking) >= 4, f"few chapters link the glossary: {linking}"
+
+
+def test_every_chapter_ends_with_a_review_and_its_assignment(pages):
+    for name in ("queues_and_logs", "lab_queue", "replay_matrix", "outbox"):
+        text = _prose(pages[f"book/{name}.html"])
+        for heading in ("Explain it back", "Your turn"):
+            assert heading in text, f"{name}: no '{heading}' section"
+        assert "exercises.html#ex-" in pages[f"book/{name}.html"], (
+            f"{name}: 'Your turn' does not link its assignment")
+
+
+def test_the_intro_links_every_chapter(pages):
+    intro = _main(pages["book/intro.html"])
+    for name in ("queues_and_logs", "lab_queue", "replay_matrix", "outbox",
+                 "exercises"):
+        assert f'href="{name}.html"' in intro, f"the intro does not link {name}"
