@@ -27,6 +27,9 @@ from test_autograder import load_path
 from autograder import notebook
 from autograder.grade import grade
 
+# Grading the whole corpus once (the module fixture) takes minutes.
+pytestmark = pytest.mark.timeout(1800)
+
 corpus = load_path("bugs", notebook.REPO / "tests" / "corpus" / "submissions"
                    / "bugs.py")
 WRONG = sorted(corpus.SUBMISSIONS)

@@ -23,6 +23,9 @@ import pytest
 
 from autograder import grade_class, notebook
 
+# Grading the whole corpus once (the module fixture) takes minutes.
+pytestmark = pytest.mark.timeout(1800)
+
 ROOT = notebook.REPO
 sys.path.insert(0, str(ROOT / "tests"))
 from test_autograder import ENV, corpus  # noqa: E402
