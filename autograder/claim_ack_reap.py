@@ -68,17 +68,20 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
     batches of 100 documents; `quick` only runs fewer seeds. Short of the
     quota within the cap, the verdict is unknown.
     """
-    return ["4", "--docs", "100", "--seed", str(seed), "--kill-every", "0",
+    return ["4", "--docs", "25", "--seed", str(seed), "--kill-every", "0",
             "--kill-every-claims", "10",
             "--pause-every-claims", "30", "--min-kills", str(KILLS),
             "--min-pauses", str(PAUSES), "--quota-cap-s", "25",
             "--crash-point", "mid-call", "--crash-p", "0.01",
             "--min-crash-kills", "2",
-            "--lease-s", "1.0", "--iters", "2000", "--drain-timeout-s", "45",
-            "--no-heartbeat"]
+            "--lease-s", "1.0", "--iters", str(ITERS), "--drain-timeout-s", "45",
+            "--no-heartbeat", "--zombie-pauses", "--deadly-jobs", str(DEADLY),
+            "--poison-every", "50", "--reapers", "2"]
 
 
 KILLS, PAUSES = 20, 5      # faults every graded chaos run must inject
+DEADLY = 2                 # jobs killed at each of their max_attempts claims
+ITERS = 8000               # work per job: long enough to be caught holding it
 SEEDS, QUICK_SEEDS = (1, 2), (1,)
 CHAOS_TIMEOUT_S = 70
 
