@@ -16,7 +16,16 @@ waits for the drain, and then judges:
 - stale_ack_accepted: an ack (or fail) of attempt a that returned True although
   attempt b > a had already been claimed before the ack was sent;
 - stale_extend_accepted: the same for a heartbeat;
-- over_delivered: a job claimed more than max_attempts times.
+- over_delivered: a job claimed more than max_attempts times;
+- handed_out_twice: a claim that returned while an earlier attempt's lease
+  surely still ran (less than a lease after that claim began, no fail in
+  between), or after that attempt's ack was accepted.
+
+Besides faults at random, a run can build the interleavings that expose a bug
+on purpose: a zombie pause keeps its worker stopped until the job it holds has
+been claimed again, then stops the new holder while the zombie answers; a
+deadly job has every worker that claims it killed, max_attempts times; extra
+reapers race the workers' own reap calls.
 
 Stale-ness is decided from the workers' event logs: every worker stamps its
 events with CLOCK_MONOTONIC, which is one clock for the whole machine, and an
