@@ -83,12 +83,14 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
             "--crash-point", "mid-call", "--crash-p", "0.01",
             "--min-crash-kills", "2",
             "--lease-s", "1.0", "--iters", str(ITERS), "--drain-timeout-s", "60",
-            "--no-heartbeat", "--zombie-pauses", "--deadly-jobs", str(DEADLY),
+            "--no-heartbeat", "--zombie-pauses", "--min-zombies", str(ZOMBIES),
+            "--deadly-jobs", str(DEADLY),
             "--poison-every", "50", "--reapers", "2"]
 
 
 KILLS, PAUSES = 20, 5      # faults every graded chaos run must inject
 DEADLY = 2                 # jobs killed at each of their max_attempts claims
+ZOMBIES = 3                # paused workers that ack after their job's next claim
 ITERS = 8000               # work per job: long enough to be caught holding it
 SEEDS, QUICK_SEEDS = (1, 2), (1,)
 CHAOS_TIMEOUT_S = 90

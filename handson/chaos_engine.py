@@ -124,6 +124,7 @@ class ChaosConfig:
     # newer attempt for certain; a pause ends at pause_s (or 3 leases) anyway.
     deadly_jobs: int = 0             # quota: jobs killed max_attempts times each
     zombie_pauses: bool = False
+    min_zombies: int = 0             # quota: zombies that answered past a new claim
 
     def __post_init__(self):
         from handson.worker import CRASH_POINTS
@@ -141,12 +142,16 @@ class ChaosConfig:
             raise ValueError("min_kills needs kill_every or kill_every_claims")
         if self.min_pauses and not (self.pause_every or self.pause_every_claims):
             raise ValueError("min_pauses needs pause_every or pause_every_claims")
+        if self.min_zombies and not (self.zombie_pauses and (
+                self.pause_every or self.pause_every_claims)):
+            raise ValueError("min_zombies needs zombie_pauses and a pause schedule")
 
     @property
     def quota(self) -> dict[str, int]:
         """Faults by kind that the run must inject before its chaos may stop."""
         q = {"kills": self.min_kills, "pauses": self.min_pauses,
-             "reaps": self.min_reaps, "deadly": self.deadly_jobs}
+             "reaps": self.min_reaps, "deadly": self.deadly_jobs,
+             "zombies": self.min_zombies}
         q.update({f"crash:{p}": self.min_crash_kills for p in self.crash_points})
         return {k: v for k, v in q.items() if v}
 
@@ -228,8 +233,12 @@ class Report:
         if "deadly_jobs" in f:
             parts.append(one("jobs killed at every attempt", "deadly",
                              f["deadly_jobs"]))
-        if f.get("zombies"):
-            parts.append(f"zombies (paused past a new claim) {f['zombies']}")
+        if "raced_reaps" in f:
+            parts.append(f"leases reaped by {self.config.reapers} racing reapers "
+                         f"{f['raced_reaps']}")
+        if "zombies" in f:
+            parts.append(one("zombies (answered while a new claim was held)",
+                             "zombies", f["zombies"]))
         return (f"faults injected: {', '.join(parts)}; {self.stats['claims']} "
                 f"claims in {self.stats['chaos_s']:.1f} s of chaos")
 
@@ -448,7 +457,6 @@ class _Run:
                 newer = [(a, p) for a, p in self.tally.claims_of.get(job, ())
                          if a > attempt and p != pid]
                 if newer:
-                    self.zombies_made += 1
                     _, holder = newer[-1]
                     h = slot_of.get(holder)
                     if (h is not None and h not in self.paused
@@ -456,6 +464,7 @@ class _Run:
                         self._signal(self.procs[h], signal.SIGSTOP)
                         self.paused[h] = now + self.cfg.lease_s / 2
                         self.holds[h] = (pid, job)
+                        self.zombies_made += 1
                     self._resume(slot)
                     continue
             if now >= until:
@@ -558,7 +567,7 @@ class _Run:
         """Faults injected so far, by kind (the quota's keys)."""
         out = {"kills": len(self.kills) - len(self.chase_kills),
                "pauses": len(self.pauses), "reaps": self.tally.reaped,
-               "deadly": self.deadly_done}
+               "deadly": self.deadly_done, "zombies": self.zombies_made}
         out.update({f"crash:{p}": self.tally.crash[p] for p in self.cfg.crash_points})
         return out
 
@@ -721,6 +730,7 @@ class _Tally:
     def __init__(self, directory: Path):
         self.dir, self.offsets = directory, {}
         self.claims, self.reaped, self.crash = 0, 0, Counter()
+        self.reaped_by: Counter = Counter()          # pid -> leases it reaped
         self.holding: dict[int, tuple[str, int] | None] = {}  # pid -> (job, attempt)
         self.claims_of: dict[str, list[tuple[int, int]]] = defaultdict(list)
         self.ended: dict[tuple[int, str], int] = {}   # (pid, job) -> t it answered
@@ -769,7 +779,9 @@ class _Tally:
         if e["ev"] == "crash_point":
             self.crash[e.get("point", "?")] += 1
         else:
-            self.reaped += int(e.get("requeued", 0)) + int(e.get("dead", 0))
+            n = int(e.get("requeued", 0)) + int(e.get("dead", 0))
+            self.reaped += n
+            self.reaped_by[e.get("pid")] += n
 
 
 def _read_events(directory: Path) -> list[dict]:
@@ -1117,7 +1129,9 @@ def _short_reason(short: dict[str, tuple[int, int]], chaos_s: float) -> str:
 
 def _kind(key: str) -> str:
     return (f"kills at crash point {key[6:]}" if key.startswith("crash:")
-            else {"reaps": "leases reaped"}.get(key, key))
+            else {"reaps": "leases reaped", "deadly": "jobs killed at every attempt",
+                  "zombies": "zombies that answered while their job's new claim "
+                             "was held"}.get(key, key))
 
 
 def _fault_stats(run_: _Run, elapsed: float, enqueued: int) -> dict:
@@ -1130,8 +1144,9 @@ def _fault_stats(run_: _Run, elapsed: float, enqueued: int) -> dict:
         faults.update(deadly_jobs=got["deadly"], deadly_kills=len(run_.chase_kills))
     if run_.cfg.zombie_pauses:
         faults["zombies"] = run_.zombies_made
-    if run_.cfg.reapers:
-        faults["racing_reapers"] = run_.cfg.reapers
+    if run_.cfg.reapers:           # leases taken back by the racing reapers
+        faults["raced_reaps"] = sum(run_.tally.reaped_by[p.pid]
+                                    for p in run_.reapers)
     return {"faults": faults,
             "quota": run_.cfg.quota, "quota_short": {
                 k: {"injected": g, "wanted": w}
