@@ -121,7 +121,7 @@ class ChaosConfig:
     # (a queue that counts only fail() never buries it). With zombie_pauses a
     # paused worker stays stopped until its job has been claimed again, then
     # the new holder is stopped while the zombie acks, so a late ack meets a
-    # newer attempt for certain; a pause ends at pause_s (or 3 leases) anyway.
+    # newer attempt for certain; a pause ends at pause_s (or 6 leases) anyway.
     deadly_jobs: int = 0             # quota: jobs killed max_attempts times each
     zombie_pauses: bool = False
     min_zombies: int = 0             # quota: zombies that answered past a new claim
@@ -640,7 +640,7 @@ class _Run:
                for k in mean}
         pause_s = cfg.pause_s or 1.5 * cfg.lease_s
         if cfg.zombie_pauses:          # at most: the wait for the job's next claim
-            pause_s = max(pause_s, 4 * cfg.lease_s)
+            pause_s = max(pause_s, 6 * cfg.lease_s)
         next_check = next_report = t0
         done, last_done, last_size, last_activity = 0, -1, -1, t0
         total = len(ids)
