@@ -557,7 +557,9 @@ class _Run:
         take any running worker, so they land anywhere in its loop, inside
         claim() too; a pause only counts if it makes its worker outlive a lease.
         """
-        slots = [i for i in range(self.cfg.workers) if i not in self.paused]
+        answering = {zpid for zpid, _ in self.holds.values()}   # a zombie's last act
+        slots = [i for i in range(self.cfg.workers) if i not in self.paused
+                 and self.procs[i].pid not in answering]
         if busy:
             slots = [i for i in slots if self.tally.job_of(self.procs[i].pid)
                      not in (None, *self.chase)]
