@@ -89,9 +89,9 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
 
 
 KILLS, PAUSES = 20, 5      # faults every graded chaos run must inject
-DEADLY = 2                 # jobs killed at each of their max_attempts claims
+DEADLY = 1                 # jobs killed at each of their max_attempts claims
 ZOMBIES = 1                # paused workers that ack after their job's next claim
-ITERS = 8000               # work per job: long enough to be caught holding it
+ITERS = 12000              # work per job: long enough to be caught holding it
 SEEDS, QUICK_SEEDS = (1, 2), (1,)
 CHAOS_TIMEOUT_S = 90
 

@@ -9,8 +9,10 @@ process left running, an edited test cell. A correct queue built on Redis
 Streams, with another key layout, scores full marks.
 
 Each submission is graded once (module fixture). Assignment 2's wrong queues
-are graded with the quick run (every contract check, one smaller chaos run):
-their bugs are named by contract checks.
+are graded with the quick run (every contract check, one chaos run): their
+bugs are named by contract checks, and the chaos run's built faults (a zombie
+acking past its job's next claim, a job that kills every worker, racing
+reapers) name them again.
 """
 
 import time
