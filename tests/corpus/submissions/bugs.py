@@ -113,7 +113,8 @@ def reap(r, max_attempts=3):
             requeued += 1
     return requeued, dead_n
 ''')]},
-        loses={"reap_atomic_concurrent": "ONE script"},
+        loses={"reap_atomic_concurrent": "ONE script",
+               "chaos_applied_once": "handed_out_twice"},
         keeps=["zombie_ack_refused", "claim_atomic_concurrent"]),
     "a2_poison_never_counts": dict(
         assignment="claim_ack_reap",
