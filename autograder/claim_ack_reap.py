@@ -79,10 +79,10 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
     return ["4", "--docs", "25", "--seed", str(seed), "--kill-every", "0",
             "--kill-every-claims", "10",
             "--pause-every-claims", "30", "--min-kills", str(KILLS),
-            "--min-pauses", str(PAUSES), "--quota-cap-s", "40",
+            "--min-pauses", str(PAUSES), "--quota-cap-s", "50",
             "--crash-point", "mid-call", "--crash-p", "0.01",
             "--min-crash-kills", "2",
-            "--lease-s", "1.0", "--iters", str(ITERS), "--drain-timeout-s", "60",
+            "--lease-s", "1.0", "--iters", str(ITERS), "--drain-timeout-s", "70",
             "--no-heartbeat", "--zombie-pauses", "--min-zombies", str(ZOMBIES),
             "--deadly-jobs", str(DEADLY),
             "--poison-every", "50", "--reapers", "2"]
@@ -93,7 +93,7 @@ DEADLY = 1                 # jobs killed at each of their max_attempts claims
 ZOMBIES = 1                # paused workers that ack after their job's next claim
 ITERS = 12000              # work per job: long enough to be caught holding it
 SEEDS, QUICK_SEEDS = (1, 2), (1,)
-CHAOS_TIMEOUT_S = 90
+CHAOS_TIMEOUT_S = 100
 
 
 def _db(url: str, index: int) -> str:
