@@ -113,8 +113,10 @@ def reap(r, max_attempts=3):
             requeued += 1
     return requeued, dead_n
 ''')]},
+        # racing reapers queue a job twice: it is claimed past max_attempts
+        # in every run measured, and handed out twice at once in most
         loses={"reap_atomic_concurrent": "ONE script",
-               "chaos_applied_once": "handed_out_twice"},
+               "chaos_dead_have_reasons": "over_delivered"},
         keeps=["zombie_ack_refused", "claim_atomic_concurrent"]),
     "a2_poison_never_counts": dict(
         assignment="claim_ack_reap",
