@@ -492,6 +492,8 @@ class _Run:
                 del self.chase[job]
         for job, attempt, pid in fresh:
             slot = slot_of.get(pid)
+            if _poison(job, self.cfg.poison_every):   # it calls fail() at once
+                continue
             if (slot is None or slot in self.paused or self.tally.job_of(pid) != job
                     or (job not in self.chase and (attempt != 1 or self.deadly_done
                                                    + len(self.chase) >= want))):
@@ -786,6 +788,12 @@ class _Tally:
             self.reaped_by[e.get("pid")] += n
 
 
+def _poison(job: str, poison_every: int) -> bool:
+    """A document the engine enqueued to fail (its worker calls fail())."""
+    num = job.removeprefix("doc-")
+    return num.isdigit() and "POISON" in produce.doc_text(int(num), poison_every)
+
+
 def _read_events(directory: Path) -> list[dict]:
     events = []
     for path in sorted(directory.glob("*.jsonl")):
@@ -854,7 +862,8 @@ class _Judge:
         out = []
         for job, evs in self.by_job.items():
             claims = [e for e in evs if e["ev"] == "claim"]
-            fails = any(e["ev"] == "fail" for e in evs)
+            fails = (any(e["ev"] == "fail" for e in evs)
+                     or _poison(job, self.cfg.poison_every))
             for i, b in enumerate(claims):
                 for a in claims[:i]:
                     if a["attempt"] >= b["attempt"] or a["pid"] == b["pid"]:
