@@ -21,6 +21,7 @@ from autograder.checks import (
     not_run,
     outcome,
 )
+from handson.chaos_engine import INVARIANTS as MEANS
 
 NAME = "claim_ack_reap"
 MODULE_FILE = "myqueue.py"
@@ -47,15 +48,18 @@ CONTRACT_CHECKS = [
 ]
 CHAOS_CHECKS = [
     Check("chaos_nothing_lost", 2, "kill -9 chaos: every job applied or dead"),
-    Check("chaos_applied_once", 2, "kill -9 chaos: no job applied twice (idempotent)"),
-    Check("chaos_dead_have_reasons", 1, "kill -9 chaos: every dead job has a reason"),
+    Check("chaos_applied_once", 2, "kill -9 chaos: no job applied twice (idempotent) "
+          "or handed to a second worker while the first still held its lease"),
+    Check("chaos_dead_have_reasons", 1, "kill -9 chaos: a job that kills its worker "
+          "every time ends in the DLQ after max_attempts, with a reason"),
     Check("chaos_no_stale_ack", 1,
           "kill -9 chaos: no ack from an old attempt accepted"),
 ]
 CHECKS = CONTRACT_CHECKS + CHAOS_CHECKS
 INVARIANTS = {"chaos_nothing_lost": ("lost",),
-              "chaos_applied_once": ("applied_twice", "unexpected"),
-              "chaos_dead_have_reasons": ("dead_without_reason",),
+              "chaos_applied_once": ("applied_twice", "unexpected",
+                                     "handed_out_twice"),
+              "chaos_dead_have_reasons": ("dead_without_reason", "over_delivered"),
               "chaos_no_stale_ack": ("stale_ack_accepted",)}
 # claim and enqueue first: if they hang or fail, nothing else can be judged.
 GATE = ("enqueue_idempotent", "claim_returns_payload_and_attempt")
@@ -67,20 +71,29 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
     The run lasts until its quota is in (KILLS kills, PAUSES pauses past the
     lease, keyed to claims so the seed replays the schedule, and two kills
     inside a contract call, after one of its Redis replies), in
-    batches of 100 documents; `quick` only runs fewer seeds. Short of the
-    quota within the cap, the verdict is unknown.
+    batches of 25 documents with two poison ones in every 50; `quick` only
+    runs fewer seeds. Short of the quota within the cap, the verdict is unknown.
+    Some faults are built, not drawn: each pause lasts until the paused
+    worker's job is claimed again (then the new holder waits while the zombie
+    acks), DEADLY jobs kill every worker that claims them until they die
+    max_attempts times, and two extra reapers race the workers' reap calls.
     """
-    return ["4", "--docs", "100", "--seed", str(seed), "--kill-every", "0",
+    return ["4", "--docs", "25", "--seed", str(seed), "--kill-every", "0",
             "--kill-every-claims", "10",
             "--pause-every-claims", "30", "--min-kills", str(KILLS),
-            "--min-pauses", str(PAUSES), "--quota-cap-s", "40",
+            "--min-pauses", str(PAUSES), "--quota-cap-s", "50",
             "--crash-point", "mid-call", "--crash-p", "0.01",
             "--min-crash-kills", "2",
-            "--lease-s", "1.0", "--iters", "2000", "--drain-timeout-s", "75",
-            "--no-heartbeat"]
+            "--lease-s", "1.0", "--iters", str(ITERS), "--drain-timeout-s", "70",
+            "--no-heartbeat", "--zombie-pauses", "--min-zombies", str(ZOMBIES),
+            "--deadly-jobs", str(DEADLY),
+            "--poison-every", "50", "--reapers", "2"]
 
 
 KILLS, PAUSES = 20, 5      # faults every graded chaos run must inject
+DEADLY = 1                 # jobs killed at each of their max_attempts claims
+ZOMBIES = 1                # paused workers that ack after their job's next claim
+ITERS = 12000              # work per job: long enough to be caught holding it
 SEEDS, QUICK_SEEDS = (1, 2), (1,)
 CHAOS_TIMEOUT_S = 110
 
@@ -129,8 +142,9 @@ def _chaos_outcomes(reports: list[dict], shown_path: str, real_path: str) -> tup
                 data = rep.get("invariants", {}).get(inv, {})
                 if data.get("ok") is not True:
                     ok = False
-                    message = (f"invariant {inv} broken in {data.get('count', '?')} "
-                               f"job(s) (chaos seed {rep.get('seed')}); the "
+                    message = (f"invariant {inv} ({MEANS.get(inv, inv)}) broken in "
+                               f"{data.get('count', '?')} job(s) (chaos seed "
+                               f"{rep.get('seed')}); the "
                                "witnesses are those jobs' histories")
                     witnesses = list(data.get("witnesses", []))[:3]
                     expected, got = "0 jobs", f"{data.get('count', '?')} jobs"

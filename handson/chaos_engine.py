@@ -16,7 +16,16 @@ waits for the drain, and then judges:
 - stale_ack_accepted: an ack (or fail) of attempt a that returned True although
   attempt b > a had already been claimed before the ack was sent;
 - stale_extend_accepted: the same for a heartbeat;
-- over_delivered: a job claimed more than max_attempts times.
+- over_delivered: a job claimed more than max_attempts times;
+- handed_out_twice: a claim that returned while an earlier attempt's lease
+  surely still ran (less than a lease after that claim began, no fail in
+  between), or after that attempt's ack was accepted.
+
+Besides faults at random, a run can build the interleavings that expose a bug
+on purpose: a zombie pause keeps its worker stopped until the job it holds has
+been claimed again, then stops the new holder while the zombie answers; a
+deadly job has every worker that claims it killed, max_attempts times; extra
+reapers race the workers' own reap calls.
 
 Stale-ness is decided from the workers' event logs: every worker stamps its
 events with CLOCK_MONOTONIC, which is one clock for the whole machine, and an
@@ -61,9 +70,12 @@ INVARIANTS = {
     "stale_extend_accepted": "heartbeat of attempt a accepted after attempt b>a "
                              "was claimed",
     "over_delivered": "a job claimed more than max_attempts times",
+    "handed_out_twice": "a job handed out again while an earlier attempt's "
+                        "lease still ran, or after its ack",
 }
 WITNESSES = 3          # histories shown per broken invariant
 TICK_S = 0.02          # supervisor loop period
+FAST_TICK_S = 0.003    # ... while a constructed fault waits for a claim
 CHECK_S = 0.25         # how often the done count is read
 
 
@@ -103,6 +115,16 @@ class ChaosConfig:
     # claims, so a seed replays the same schedule on any machine at any speed.
     kill_every_claims: int = 0
     pause_every_claims: int = 0
+    # Faults built on purpose rather than at random. A deadly job is one whose
+    # every worker the engine kills as soon as its claim shows in the logs, like
+    # a document that crashes the process, until it has died max_attempts times
+    # (a queue that counts only fail() never buries it). With zombie_pauses a
+    # paused worker stays stopped until its job has been claimed again, then
+    # the new holder is stopped while the zombie acks, so a late ack meets a
+    # newer attempt for certain; a pause ends at pause_s (or 6 leases) anyway.
+    deadly_jobs: int = 0             # quota: jobs killed max_attempts times each
+    zombie_pauses: bool = False
+    min_zombies: int = 0             # quota: zombies that answered past a new claim
 
     def __post_init__(self):
         from handson.worker import CRASH_POINTS
@@ -120,12 +142,16 @@ class ChaosConfig:
             raise ValueError("min_kills needs kill_every or kill_every_claims")
         if self.min_pauses and not (self.pause_every or self.pause_every_claims):
             raise ValueError("min_pauses needs pause_every or pause_every_claims")
+        if self.min_zombies and not (self.zombie_pauses and (
+                self.pause_every or self.pause_every_claims)):
+            raise ValueError("min_zombies needs zombie_pauses and a pause schedule")
 
     @property
     def quota(self) -> dict[str, int]:
         """Faults by kind that the run must inject before its chaos may stop."""
         q = {"kills": self.min_kills, "pauses": self.min_pauses,
-             "reaps": self.min_reaps}
+             "reaps": self.min_reaps, "deadly": self.deadly_jobs,
+             "zombies": self.min_zombies}
         q.update({f"crash:{p}": self.min_crash_kills for p in self.crash_points})
         return {k: v for k, v in q.items() if v}
 
@@ -137,7 +163,7 @@ class ChaosConfig:
     @property
     def chaotic(self) -> bool:
         return bool(self.kill_every or self.pause_every or self.kill_every_claims
-                    or self.pause_every_claims or self.quota
+                    or self.pause_every_claims or self.quota or self.deadly_jobs
                     or (self.crash_points and self.crash_p))
 
 
@@ -204,6 +230,15 @@ class Report:
         parts += [one(f"at {p}", f"crash:{p}", n)
                   for p, n in f["crash_kills"].items()]
         parts.append(one("leases reaped", "reaps", f["leases_reaped"]))
+        if "deadly_jobs" in f:
+            parts.append(one("jobs killed at every attempt", "deadly",
+                             f["deadly_jobs"]))
+        if "raced_reaps" in f:
+            parts.append(f"leases reaped by {self.config.reapers} racing reapers "
+                         f"{f['raced_reaps']}")
+        if "zombies" in f:
+            parts.append(one("zombies (answered while a new claim was held)",
+                             "zombies", f["zombies"]))
         return (f"faults injected: {', '.join(parts)}; {self.stats['claims']} "
                 f"claims in {self.stats['chaos_s']:.1f} s of chaos")
 
@@ -300,6 +335,15 @@ class _Run:
         self.kills: list[tuple[int, int]] = []       # (t_ns, pid)
         self.pauses: list[tuple[int, int, float]] = []  # (t_ns, pid, seconds)
         self.paused: dict[int, float] = {}           # slot -> resume at
+        # slot -> (pid, job, attempt, t_ns): paused holding a job, waiting for
+        # it to be claimed again; slot -> (zombie pid, job): a new holder
+        # stopped until the zombie has answered for the job.
+        self.zombies: dict[int, tuple[int, str, int, int]] = {}
+        self.holds: dict[int, tuple[int, str]] = {}
+        self.zombies_made = 0
+        self.chase: dict[str, float] = {}            # deadly job -> last kill at
+        self.chase_kills: list[tuple[int, int]] = []  # (t_ns, pid)
+        self.deadly_done = 0
         self.abnormal = 0
         self.phase = "chaos" if cfg.chaotic else "drain"
         self.tally = _Tally(self.events_dir)
@@ -358,14 +402,113 @@ class _Run:
         self._signal(p, signal.SIGKILL)
         p.wait(timeout=10)
         self.paused.pop(slot, None)
+        self.zombies.pop(slot, None)
+        self.holds.pop(slot, None)
         self._start_slot(slot)
 
     def _pause_slot(self, slot: int, seconds: float) -> None:
         p = self.procs[slot]
-        self.pauses.append((time.monotonic_ns(), p.pid, seconds))
+        t_ns = time.monotonic_ns()
+        self.pauses.append((t_ns, p.pid, seconds))
         self.schedule.append((self.tally.claims, "pause", slot, self.due))
         self._signal(p, signal.SIGSTOP)
         self.paused[slot] = time.monotonic() + seconds
+        held = self.tally.holding.get(p.pid)
+        if self.cfg.zombie_pauses and held:
+            self.zombies[slot] = (p.pid, *held, t_ns)
+
+    def _resume(self, slot: int) -> None:
+        """SIGCONT; a pause's length is what it lasted, not what it was meant to."""
+        p = self.procs[slot]
+        self._signal(p, signal.SIGCONT)
+        self.paused.pop(slot, None)
+        self.holds.pop(slot, None)
+        z = self.zombies.pop(slot, None)
+        if z is not None:
+            for i, (t, pid, _) in enumerate(self.pauses):
+                if pid == z[0] and t == z[3]:
+                    self.pauses[i] = (t, pid, round((time.monotonic_ns() - t) / 1e9,
+                                                    3))
+
+    def _tend_pauses(self, now: float) -> None:
+        """End pauses: at their time, or once a zombie's job is claimed again.
+
+        The new holder is then stopped (a hold) until the zombie has acked,
+        failed or dropped the job, so the zombie's late call meets attempt b > a
+        for certain. A pause whose worker had finished its job just before the
+        SIGSTOP made no zombie: it ends at once and is not counted.
+        """
+        slot_of = {p.pid: i for i, p in enumerate(self.procs) if p is not None}
+        for slot, (zpid, job) in list(self.holds.items()):
+            if ((zpid, job) in self.tally.ended or zpid not in slot_of
+                    or now >= self.paused[slot]):
+                self._resume(slot)
+        for slot, until in list(self.paused.items()):
+            if slot in self.holds:
+                continue
+            z = self.zombies.get(slot)
+            if z is not None:
+                pid, job, attempt, t_ns = z
+                if self.tally.ended.get((pid, job), t_ns + 1) <= t_ns:
+                    self.pauses = [x for x in self.pauses if x[:2] != (t_ns, pid)]
+                    self.zombies.pop(slot)
+                    self._resume(slot)
+                    continue
+                newer = [(a, p) for a, p in self.tally.claims_of.get(job, ())
+                         if a > attempt and p != pid]
+                if newer:
+                    _, holder = newer[-1]
+                    h = slot_of.get(holder)
+                    if (h is not None and h not in self.paused
+                            and self.tally.job_of(holder) == job):
+                        self._signal(self.procs[h], signal.SIGSTOP)
+                        self.paused[h] = now + self.cfg.lease_s / 2
+                        self.holds[h] = (pid, job)
+                        self.zombies_made += 1
+                    self._resume(slot)
+                    continue
+            if now >= until:
+                self._resume(slot)
+
+    def _chase(self) -> None:
+        """Kill every worker that claims a deadly job, until it died max_attempts.
+
+        A new chase takes a fresh first claim whose worker still holds the job;
+        a chase whose job was answered (acked, failed: the kill came too late)
+        is dropped and another one starts. The chases run side by side.
+        """
+        fresh, self.tally.fresh = self.tally.fresh, []
+        if self.phase != "chaos" or self.deadly_done >= self.cfg.deadly_jobs:
+            return
+        slot_of = {p.pid: i for i, p in enumerate(self.procs) if p is not None}
+        want = self.cfg.deadly_jobs
+        now = time.monotonic()
+        for job, since in list(self.chase.items()):
+            last = self.tally.claims_of[job][-1][1]
+            # answered before the kill (missed), or never claimed again (it
+            # died some other way, in a claim() killed mid-call, say)
+            if ((last, job) in self.tally.ended
+                    or now - since > 4 * self.cfg.lease_s + 2):
+                del self.chase[job]
+        for job, attempt, pid in fresh:
+            slot = slot_of.get(pid)
+            if _poison(job, self.cfg.poison_every):   # it calls fail() at once
+                continue
+            if (slot is None or slot in self.paused or self.tally.job_of(pid) != job
+                    or (job not in self.chase and (attempt != 1 or self.deadly_done
+                                                   + len(self.chase) >= want))):
+                continue
+            self.chase[job] = now
+            t = time.monotonic_ns()
+            self.kills.append((t, pid))
+            self.chase_kills.append((t, pid))
+            self._signal(self.procs[slot], signal.SIGKILL)
+            self.procs[slot].wait(timeout=10)
+            self.zombies.pop(slot, None)
+            self._start_slot(slot)
+            if attempt >= self.cfg.max_attempts:
+                del self.chase[job]
+                self.deadly_done += 1
 
     def stop_all(self) -> None:
         """SIGCONT, SIGTERM, then SIGKILL whatever is left; wait for every child."""
@@ -427,15 +570,19 @@ class _Run:
         take any running worker, so they land anywhere in its loop, inside
         claim() too; a pause only counts if it makes its worker outlive a lease.
         """
-        slots = [i for i in range(self.cfg.workers) if i not in self.paused]
+        answering = {zpid for zpid, _ in self.holds.values()}   # a zombie's last act
+        slots = [i for i in range(self.cfg.workers) if i not in self.paused
+                 and self.procs[i].pid not in answering]
         if busy:
-            slots = [i for i in slots if self.tally.busy.get(self.procs[i].pid)]
+            slots = [i for i in slots if self.tally.job_of(self.procs[i].pid)
+                     not in (None, *self.chase)]
         return slots[rng.randrange(len(slots))] if slots else None
 
     def faults(self) -> dict[str, int]:
         """Faults injected so far, by kind (the quota's keys)."""
-        out = {"kills": len(self.kills), "pauses": len(self.pauses),
-               "reaps": self.tally.reaped}
+        out = {"kills": len(self.kills) - len(self.chase_kills),
+               "pauses": len(self.pauses), "reaps": self.tally.reaped,
+               "deadly": self.deadly_done, "zombies": self.zombies_made}
         out.update({f"crash:{p}": self.tally.crash[p] for p in self.cfg.crash_points})
         return out
 
@@ -507,16 +654,16 @@ class _Run:
         due = {k: clock(k, t_chaos) + gap(mean[k], rngs[k]) if mean[k] else None
                for k in mean}
         pause_s = cfg.pause_s or 1.5 * cfg.lease_s
+        if cfg.zombie_pauses:          # at most: the wait for the job's next claim
+            pause_s = max(pause_s, 6 * cfg.lease_s)
         next_check = next_report = t0
         done, last_done, last_size, last_activity = 0, -1, -1, t0
         total = len(ids)
         while True:
             now = time.monotonic()
             self.tally.update()
-            for slot, until in list(self.paused.items()):
-                if now >= until:
-                    self._signal(self.procs[slot], signal.SIGCONT)
-                    del self.paused[slot]
+            self._tend_pauses(now)
+            self._chase()
             for slot, p in enumerate(self.procs):
                 rc = p.poll()
                 if rc is not None:
@@ -579,11 +726,14 @@ class _Run:
                 self.progress({"done": done, "total": total, "kills": len(self.kills),
                                "pauses": len(self.pauses),
                                "elapsed_s": round(now - t0, 1), "phase": self.phase})
-            time.sleep(TICK_S)
+            time.sleep(FAST_TICK_S if self.zombies or self.chase or (
+                self.phase == "chaos" and self.deadly_done < cfg.deadly_jobs)
+                else TICK_S)
 
 
 _DONE_EVENTS = tuple(f'"ev": "{e}"'.encode() for e in (
     "ack", "ack_refused", "fail", "abandoned", "idle", "start"))
+_JOB_DONE = ("ack", "ack_refused", "fail", "abandoned")
 
 
 class _Tally:
@@ -596,7 +746,12 @@ class _Tally:
     def __init__(self, directory: Path):
         self.dir, self.offsets = directory, {}
         self.claims, self.reaped, self.crash = 0, 0, Counter()
-        self.busy: dict[int, bool] = {}     # pid -> holds a job (claimed, not done)
+        self.reaped_by: Counter = Counter()          # pid -> leases it reaped
+        self.holding: dict[int, tuple[str, int] | None] = {}  # pid -> (job, attempt)
+        self.claims_of: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        self.ended: dict[tuple[int, str], int] = {}   # (pid, job) -> t it answered
+        self.acked: set[str] = set()                 # jobs with an accepted ack
+        self.fresh: list[tuple[str, int, int]] = []  # claims since last taken
 
     def update(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -613,18 +768,42 @@ class _Tally:
                 for line in chunk[:end].splitlines():
                     if b'"ev": "claim"' in line:
                         self.claims += 1
-                        self.busy[pid] = True
+                        with contextlib.suppress(ValueError, KeyError):
+                            e = json.loads(line)
+                            job, attempt = str(e["job"]), int(e["attempt"])
+                            self.holding[pid] = (job, attempt)
+                            self.claims_of[job].append((attempt, pid))
+                            self.fresh.append((job, attempt, pid))
                     elif any(e in line for e in _DONE_EVENTS):
-                        self.busy[pid] = False
+                        self.holding[pid] = None
+                        with contextlib.suppress(ValueError, KeyError):
+                            e = json.loads(line)
+                            if e["ev"] in _JOB_DONE:
+                                self.ended[(pid, str(e["job"]))] = e["t"]
+                            if e["ev"] == "ack":
+                                self.acked.add(str(e["job"]))
                     elif b'"ev": "crash_point"' in line or b'"ev": "reap"' in line:
                         with contextlib.suppress(ValueError):
                             self._count(json.loads(line))
+
+    def job_of(self, pid: int) -> str | None:
+        """The job the worker holds, as far as its log says."""
+        held = self.holding.get(pid)
+        return held[0] if held else None
 
     def _count(self, e: dict) -> None:
         if e["ev"] == "crash_point":
             self.crash[e.get("point", "?")] += 1
         else:
-            self.reaped += int(e.get("requeued", 0)) + int(e.get("dead", 0))
+            n = int(e.get("requeued", 0)) + int(e.get("dead", 0))
+            self.reaped += n
+            self.reaped_by[e.get("pid")] += n
+
+
+def _poison(job: str, poison_every: int) -> bool:
+    """A document the engine enqueued to fail (its worker calls fail())."""
+    num = job.removeprefix("doc-")
+    return num.isdigit() and "POISON" in produce.doc_text(int(num), poison_every)
 
 
 def _read_events(directory: Path) -> list[dict]:
@@ -676,6 +855,51 @@ class _Judge:
                             out.append(job)
         return out
 
+    def _handed_twice(self) -> list[str]:
+        """Jobs claimed again while an earlier attempt's lease surely still ran.
+
+        Attempt a's lease was granted after its claim call started (t0), by
+        the server's clock, so it runs at least until t0 + lease; a claim that
+        returned before then (less a margin) got a job someone else held, unless
+        a had given it back with fail(), or died in a job that calls fail(). A
+        claim after an accepted ack is a finished job handed out again.
+        """
+        lease_ns, margin = self.cfg.lease_s * 1e9, 0.02e9
+        died = defaultdict(list)
+        for t, pid in self.run.kills:
+            died[pid].append(t)
+        for e in self.events:
+            if e["ev"] == "crash_point":
+                died[e["pid"]].append(e["t"])
+        out = []
+        for job, evs in self.by_job.items():
+            claims = [e for e in evs if e["ev"] == "claim"]
+            fails = (any(e["ev"] == "fail" for e in evs)
+                     or _poison(job, self.cfg.poison_every))
+            for i, b in enumerate(claims):
+                for a in claims[:i]:
+                    if a["attempt"] >= b["attempt"] or a["pid"] == b["pid"]:
+                        continue
+                    mine = [e for e in evs if e["pid"] == a["pid"]
+                            and e.get("attempt") == a["attempt"]]
+                    if any(e["ev"] == "ack" and e["t"] < b.get("t0", b["t"])
+                           for e in mine):
+                        out.append(job)
+                        break
+                    if b["t"] >= a.get("t0", a["t"]) + lease_ns - margin:
+                        continue
+                    if any(e["ev"] == "fail" and e.get("t0", e["t"]) < b["t"]
+                           for e in mine):
+                        continue
+                    if fails and any(a["t"] <= t <= b["t"]
+                                     for t in died[a["pid"]]):
+                        continue
+                    out.append(job)
+                    break
+                if job in out:
+                    break
+        return out
+
     def invariants(self, ending: str) -> dict[str, Invariant]:
         times = Counter(job for job, *_ in self.applied)
         deliveries = Counter(e["job"] for e in self.events if e["ev"] == "claim")
@@ -690,6 +914,7 @@ class _Judge:
             "stale_extend_accepted": self._stale(("extend",)),
             "over_delivered": [j for j, n in deliveries.items()
                                if n > self.cfg.max_attempts],
+            "handed_out_twice": self._handed_twice(),
         }
         self.times, self.deliveries = times, deliveries
         out = {}
@@ -927,16 +1152,25 @@ def _short_reason(short: dict[str, tuple[int, int]], chaos_s: float) -> str:
 
 def _kind(key: str) -> str:
     return (f"kills at crash point {key[6:]}" if key.startswith("crash:")
-            else {"reaps": "leases reaped"}.get(key, key))
+            else {"reaps": "leases reaped", "deadly": "jobs killed at every attempt",
+                  "zombies": "zombies that answered while their job's new claim "
+                             "was held"}.get(key, key))
 
 
 def _fault_stats(run_: _Run, elapsed: float, enqueued: int) -> dict:
     """The faults injected by kind, the quota, and the run's size (additive)."""
     got = run_.faults()
-    return {"faults": {"kills": got["kills"], "pauses": got["pauses"],
-                       "crash_kills": {p: got[f"crash:{p}"]
-                                       for p in run_.cfg.crash_points},
-                       "leases_reaped": got["reaps"]},
+    faults = {"kills": got["kills"], "pauses": got["pauses"],
+              "crash_kills": {p: got[f"crash:{p}"] for p in run_.cfg.crash_points},
+              "leases_reaped": got["reaps"]}
+    if run_.cfg.deadly_jobs:
+        faults.update(deadly_jobs=got["deadly"], deadly_kills=len(run_.chase_kills))
+    if run_.cfg.zombie_pauses:
+        faults["zombies"] = run_.zombies_made
+    if run_.cfg.reapers:           # leases taken back by the racing reapers
+        faults["raced_reaps"] = sum(run_.tally.reaped_by[p.pid]
+                                    for p in run_.reapers)
+    return {"faults": faults,
             "quota": run_.cfg.quota, "quota_short": {
                 k: {"injected": g, "wanted": w}
                 for k, (g, w) in run_.short_of_quota().items()},

@@ -13,8 +13,10 @@ batches, another dedup key, a scheduled heartbeat, the "miss" policy, an
 outbox relay publishing with idempotent ids in batches of 7.
 
 Each submission is graded once (module fixture). Assignment 2's wrong queues
-are graded with the quick run (every contract check, one smaller chaos run):
-their bugs are named by contract checks.
+are graded with the quick run (every contract check, one chaos run): their
+bugs are named by contract checks, and the chaos run's built faults (a zombie
+acking past its job's next claim, a job that kills every worker, racing
+reapers) name them again.
 """
 
 import time

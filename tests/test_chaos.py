@@ -109,6 +109,7 @@ SHOWS = {
     "stale_ack_accepted": lambda w: "accepted <- STALE" in w,
     "stale_extend_accepted": lambda w: "accepted <- STALE" in w,
     "over_delivered": lambda w: w.count("claimed by worker") > 3,
+    "handed_out_twice": lambda w: "handed out twice" in w,
 }
 
 
@@ -158,7 +159,8 @@ def test_run_that_does_not_drain_in_time_is_unknown(redis_url):
 def test_replay_command_parses_back_to_the_same_config():
     cfg = ChaosConfig(queue="q2.py", docs=300, workers=3, seed=9, idem=False,
                       ack_delay=0.01, crash_points=("after-commit", "mid-call"),
-                      crash_p=0.2, heartbeat=False, lease_s=0.5, reapers=2)
+                      crash_p=0.2, heartbeat=False, lease_s=0.5, reapers=2,
+                      zombie_pauses=True, deadly_jobs=2)
     env_cmd = replay_command(cfg).split()
     env = dict(kv.split("=") for kv in env_cmd if "=" in kv and "--" not in kv)
     argv = env_cmd[env_cmd.index("handson.chaos") + 1:]
@@ -341,3 +343,42 @@ def test_replay_command_as_printed_replays_a_failing_run(redis_url):
     before, after = dues(first.stats["schedule"]), dues(again["stats"]["schedule"])
     n = min(len(before), len(after))
     assert n >= 6 and before[:n] == after[:n]      # the seed's schedule, again
+
+
+# --- the graded run: its built faults catch each corpus bug every time ---------
+
+GRADED = {"ack_no_fence": "stale_ack_accepted",
+          "poison_never_counts": "over_delivered",
+          "reap_not_atomic": "over_delivered",     # and mostly handed_out_twice
+          "claim_two_trips": "lost", "ack_in_claim": "lost"}
+
+
+def _graded(name: str, seed: int, url: str):
+    from autograder.claim_ack_reap import chaos_args
+
+    path = name if name == "handson.q" else str(CORPUS / f"{name}.py")
+    cfg, _ = chaos.parse(chaos_args(seed, quick=False) + ["--queue", path])
+    return _run(cfg, url)
+
+
+@pytest.mark.parametrize("name", ["ack_no_fence", "poison_never_counts",
+                                  "reap_not_atomic"])
+def test_graded_run_builds_the_faults_that_catch_each_bug(name, redis_url):
+    """Zombies that ack late, a job that kills every worker, reapers that race."""
+    report = _graded(name, 7, redis_url)
+    broken = report.invariants[GRADED[name]]
+    assert report.verdict == "invalid" and broken.ok is False, report.text()
+    assert all(SHOWS[GRADED[name]](w) for w in broken.witnesses), broken.witnesses
+    twice = report.invariants["handed_out_twice"]
+    assert all(SHOWS["handed_out_twice"](w) for w in twice.witnesses), twice
+
+
+@pytest.mark.parametrize("name", ["mini_correct", "alt_streams"])
+def test_graded_run_keeps_correct_queues_valid_with_its_quota(name, redis_url):
+    report = _graded(name, 7, redis_url)
+    assert report.verdict == "valid", report.text()
+    f = report.stats["faults"]
+    assert f["kills"] >= 20 and f["pauses"] >= 5 and f["deadly_jobs"] >= 1, f
+    assert f["zombies"] >= 1, f
+    text = report.text()
+    assert "jobs killed at every attempt" in text and "zombies" in text
