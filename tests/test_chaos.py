@@ -94,11 +94,16 @@ RUNS = json.loads((CORPUS / "chaos_runs.json").read_text())
 BROKEN = {name: (run_["config"], run_["breaks"]) for name, run_ in RUNS.items()}
 
 
+# Bugs no chaos run on one machine can show: every worker shares one clock, so
+# a deadline from the worker's clock looks right; the contract checks skew it.
+NOT_CHAOS = {"worker_clock"}
+
+
 def test_every_broken_queue_has_a_run_and_names_its_bug():
     docs = {p.stem: load_queue(str(p)).__doc__ for p in CORPUS.glob("*.py")}
     broken = {name for name, doc in docs.items()
               if doc.startswith("Broken on purpose: ")}
-    assert broken == set(RUNS)
+    assert broken - NOT_CHAOS == set(RUNS)
     assert all("\n" not in docs[name].strip() for name in broken)   # one line
 
 
