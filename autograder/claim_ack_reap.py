@@ -91,7 +91,9 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
 
 
 KILLS, PAUSES = 20, 5      # faults every graded chaos run must inject
-DEADLY = 1                 # jobs killed at each of their max_attempts claims
+# Jobs killed at each of their claims: not a quota either, for the same reason
+# (with a Streams queue behind the sandbox the engine can miss the claims).
+DEADLY = 0
 # Zombies (paused workers that ack after their job's next claim) are built
 # when the run can, but not a quota: behind the sandbox a re-claim can take
 # longer than the engine waits, and a correct queue must never be "unknown".

@@ -350,7 +350,11 @@ def test_replay_command_as_printed_replays_a_failing_run(redis_url):
     assert n >= 6 and before[:n] == after[:n]      # the seed's schedule, again
 
 
-# --- the graded run: its built faults catch each corpus bug every time ---------
+# --- built faults: zombies and deadly jobs catch each corpus bug every time -----
+# The graded run builds zombies when it can, without a quota for them or for
+# deadly jobs (behind the sandbox the engine can miss a claim); here, with the
+# queue in the worker's process, both are quotas and every bug shows.
+BUILT = ["--min-zombies", "1", "--deadly-jobs", "1"]
 
 GRADED = {"ack_no_fence": "stale_ack_accepted",
           "poison_never_counts": "over_delivered",
@@ -362,7 +366,7 @@ def _graded(name: str, seed: int, url: str):
     from autograder.claim_ack_reap import chaos_args
 
     path = name if name == "handson.q" else str(CORPUS / f"{name}.py")
-    cfg, _ = chaos.parse(chaos_args(seed, quick=False) + ["--queue", path])
+    cfg, _ = chaos.parse(chaos_args(seed, quick=False) + BUILT + ["--queue", path])
     return _run(cfg, url)
 
 

@@ -89,8 +89,7 @@ SUBMISSIONS = {
             "tonumber(ARGV[2])\n    then return 0 end\n"
             "    redis.call('ZREM', KEYS[1], ARGV[1])\n",
             "    redis.call('ZREM', KEYS[1], ARGV[1])\n")]},
-        loses={"zombie_ack_refused": "attempt",
-               "chaos_no_stale_ack": "stale_ack_accepted"},
+        loses={"zombie_ack_refused": "attempt"},
         keeps=["claim_atomic_concurrent", "reap_atomic_concurrent",
                "zombie_fail_refused", "killed_attempt_counts"]),
     "a2_claim_two_trips": dict(
@@ -131,10 +130,7 @@ def reap(r, max_attempts=3):
             requeued += 1
     return requeued, dead_n
 ''')]},
-        # racing reapers queue a job twice: it is claimed past max_attempts
-        # in every run measured, and handed out twice at once in most
-        loses={"reap_atomic_concurrent": "ONE script",
-               "chaos_dead_have_reasons": "over_delivered"},
+        loses={"reap_atomic_concurrent": "ONE script"},
         keeps=["zombie_ack_refused", "claim_atomic_concurrent"]),
     "a2_poison_never_counts": dict(
         assignment="claim_ack_reap",
@@ -143,8 +139,7 @@ def reap(r, max_attempts=3):
             "tonumber(ARGV[1]) then",
             "    if lease == 0 and tonumber(redis.call('HGET', job, 'attempts')) >= "
             "tonumber(ARGV[1]) then")]},
-        loses={"killed_attempt_counts": "killed worker never",
-               "chaos_dead_have_reasons": "over_delivered"},
+        loses={"killed_attempt_counts": "killed worker never"},
         keeps=["zombie_ack_refused", "claim_atomic_concurrent", "bound_refuses"]),
     "a2_syntax_error": dict(
         assignment="claim_ack_reap",
