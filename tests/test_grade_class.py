@@ -30,6 +30,11 @@ ROOT = notebook.REPO
 sys.path.insert(0, str(ROOT / "tests"))
 from test_autograder import ENV, corpus  # noqa: E402
 
+# The classic mistakes that take a chaos run or a heartbeat trial to grade are
+# represented by a few (the corpus test grades them all); the rest are cheap.
+CHAOS_RUNS = {"a2_ack_no_fence", "a2_syntax_error", "a2_sys_exit_on_import",
+              "a3_no_final_lease_check"}
+
 HOSTILE = {
     # Ends its own kernel and every process it can reach in its group.
     "hostile_kill_group": "import os, signal\nos.killpg(0, signal.SIGKILL)\n",
@@ -56,9 +61,9 @@ def make_class(root: Path) -> dict[str, Path]:
     """student -> notebook, laid out as nbgrader's submitted/<student>/<a>/."""
     made: dict[str, Path] = {}
     scratch = root.parent / "scratch"
-    for name in corpus.SUBMISSIONS:
-        made[name] = corpus.build(name, scratch, notebook.SOURCE_DIR)
-    for name in corpus.CORRECT:
+    for name in [*corpus.SUBMISSIONS, *corpus.CORRECT]:
+        if name.startswith(("a2_", "a3_")) and name not in CHAOS_RUNS:
+            continue       # each costs a chaos run or a trial: a few stand in
         made[name] = corpus.build(name, scratch, notebook.SOURCE_DIR)
     for a in ("delivery_semantics", "claim_ack_reap", "heartbeats",
               "idempotent_claims", "outbox_relay"):
@@ -68,7 +73,7 @@ def make_class(root: Path) -> dict[str, Path]:
         made[name] = _hostile(name, code, scratch)
     out = {}
     for student, path in made.items():
-        a = notebook.assignment_of(notebook.read(path), path)
+        a, _ = notebook.identify(notebook.read(path), path)
         dest = root / student.replace("_", "-") / a / f"{a}.ipynb"
         dest.parent.mkdir(parents=True)
         shutil.copy(path, dest)
