@@ -77,6 +77,7 @@ WITNESSES = 3          # histories shown per broken invariant
 TICK_S = 0.02          # supervisor loop period
 FAST_TICK_S = 0.003    # ... while a constructed fault waits for a claim
 CHECK_S = 0.25         # how often the done count is read
+QUIET_HELD = 10        # silence (in quiet_s) that ends a drain with jobs held
 
 
 @dataclass
@@ -552,6 +553,20 @@ class _Run:
                    (self.events_dir / f"{p.pid}.jsonl").exists()
                    for p in self.procs if p is not None)
 
+    def _quiet(self, silent_s: float) -> bool:
+        """The queue has nothing left to give: silence, and no job in hand.
+
+        A worker that holds a job, or is stopped, is not silence on a loaded
+        machine; only a long silence (QUIET_HELD) judges a run whose jobs are
+        all held by workers that never answer.
+        """
+        if silent_s <= self.cfg.quiet_s:
+            return False
+        held = self.paused or any(
+            self.tally.job_of(p.pid) is not None
+            for p in self.procs if p is not None and p.poll() is None)
+        return not held or silent_s > QUIET_HELD * self.cfg.quiet_s
+
     def _events_size(self) -> int:
         return sum(e.stat().st_size for e in os.scandir(self.events_dir))
 
@@ -580,8 +595,12 @@ class _Run:
 
     def faults(self) -> dict[str, int]:
         """Faults injected so far, by kind (the quota's keys)."""
+        # A zombie pause still waiting to learn whether its worker held a job
+        # may yet be struck off (see _tend_pauses): it counts once it is kept.
+        pending = {(z[3], z[0]) for z in self.zombies.values()}
+        pauses = sum(1 for t, pid, _ in self.pauses if (t, pid) not in pending)
         out = {"kills": len(self.kills) - len(self.chase_kills),
-               "pauses": len(self.pauses), "reaps": self.tally.reaped,
+               "pauses": pauses, "reaps": self.tally.reaped,
                "deadly": self.deadly_done, "zombies": self.zombies_made}
         out.update({f"crash:{p}": self.tally.crash[p] for p in self.cfg.crash_points})
         return out
@@ -716,7 +735,7 @@ class _Run:
                     self.chaos_s = now - t_chaos
                     self._merge(ids, idset, wait=True)
                     total = len(ids)
-                elif self.phase == "drain" and now - last_activity > cfg.quiet_s:
+                elif self.phase == "drain" and self._quiet(now - last_activity):
                     return "quiet", "", now - t0
                 if now - t0 > cfg.drain_timeout_s:
                     return ("timeout", f"not drained after {cfg.drain_timeout_s:g} s "
