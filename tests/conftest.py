@@ -5,6 +5,7 @@ scratch instance.
 """
 
 import pytest
+from cdp import find_chromium
 
 from handson import redis_server
 
@@ -21,3 +22,13 @@ def r(redis_url):
     client.flushall()
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """The browser the page tests drive, or a skip that says how to get one."""
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("chromium is not installed (CI installs it with .ci/services; "
+                    "Debian: apt-get install chromium)")
+    return binary

@@ -8,38 +8,18 @@ trace as handson.sim. The checks live in tests/check_sim_offline.py (also
 runnable by hand); this file only runs them.
 """
 
-import importlib.util
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import check_sim_offline as checker
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "_build" / "html" / "book" / "queues_and_logs.html"
 SOURCE = ROOT / "book" / "queues_and_logs.md"
-
-
-def _load_checker():
-    spec = importlib.util.spec_from_file_location(
-        "check_sim_offline", ROOT / "tests" / "check_sim_offline.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-checker = _load_checker()
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    binary = checker.find_chromium()
-    if binary is None:
-        pytest.skip("chromium is not installed (CI installs it with .ci/services; "
-                    "Debian: apt-get install chromium)")
-    return binary
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.util
 import json
 import os
 import re
@@ -27,9 +26,10 @@ import sys
 import time
 from pathlib import Path
 
+import check_sim_offline as checker
 import psutil
 import pytest
-from cdp import Chromium, find_chromium
+from cdp import Chromium
 
 from handson import sim
 
@@ -113,17 +113,6 @@ true
 """
 
 
-def _load_checker():
-    spec = importlib.util.spec_from_file_location(
-        "check_sim_offline", ROOT / "tests" / "check_sim_offline.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-checker = _load_checker()
-
-
 def exercise_with_solutions(keep_stub: str) -> dict:
     """The student notebook with the solution's code in every answer cell but one."""
     nb = json.loads((ROOT / EXERCISE).read_text())
@@ -199,15 +188,6 @@ def stop(server: subprocess.Popen) -> list[psutil.Process]:
         with contextlib.suppress(psutil.Error):
             p.kill()
     return alive
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    binary = find_chromium()
-    if binary is None:
-        pytest.skip("chromium is not installed (CI installs it with .ci/services; "
-                    "Debian: apt-get install chromium)")
-    return binary
 
 
 @pytest.fixture
