@@ -313,14 +313,26 @@ def _keys(check: Check, obs: dict):
     return outcome(check, True)
 
 
-def _windows(check: Check, obs: dict, ref: dict, quick: bool):
-    rows_exp, rows_got = [], []
-    for w in (QUICK_WINDOWS if quick else WINDOWS):
-        res = obs.get(f"window:{w}:2000", {"error": "window_escapes() was not run"})
+def _rows(obs: dict, cases: list[tuple[str, str, object]],
+          missing: str) -> tuple[list[str], list[str]] | str:
+    """(expected rows, observed rows) for the cases, or the first error."""
+    exp, got = [], []
+    for key, label, want in cases:
+        res = obs.get(key, {"error": missing})
         if "error" in res:
-            return outcome(check, False, res["error"])
-        rows_exp.append(f"{w}:{ref['windows'][w]}")
-        rows_got.append(f"{w}:{res['value']}")
+            return res["error"]
+        exp.append(f"{label}{want}")
+        got.append(f"{label}{res['value']}")
+    return exp, got
+
+
+def _windows(check: Check, obs: dict, ref: dict, quick: bool):
+    rows = _rows(obs, [(f"window:{w}:2000", f"{w}:", ref["windows"][w])
+                       for w in (QUICK_WINDOWS if quick else WINDOWS)],
+                 "window_escapes() was not run")
+    if isinstance(rows, str):
+        return outcome(check, False, rows)
+    rows_exp, rows_got = rows
     if rows_exp != rows_got:
         return outcome(check, False,
                        "Escapes per window (max delay 2000, seed 17) differ from the "
@@ -349,13 +361,12 @@ def _leases(check: Check, obs: dict, ref: dict, quick: bool):
     cases = [(t, 31) for t in (QUICK_LEASES if quick else LEASES)]
     if not quick:
         cases += [(t, ALT_SEED) for t in ALT_LEASES]
-    exp, got = [], []
-    for t, seed in cases:
-        res = obs.get(f"lease:{t}:{seed}", {"error": "lease_doubles() was not run"})
-        if "error" in res:
-            return outcome(check, False, res["error"])
-        exp.append(f"{t}s/seed {seed}: {ref['leases'][(t, seed)]}")
-        got.append(f"{t}s/seed {seed}: {res['value']}")
+    rows = _rows(obs, [(f"lease:{t}:{seed}", f"{t}s/seed {seed}: ",
+                        ref["leases"][(t, seed)]) for t, seed in cases],
+                 "lease_doubles() was not run")
+    if isinstance(rows, str):
+        return outcome(check, False, rows)
+    exp, got = rows
     if exp != got:
         return outcome(check, False,
                        "Draw each job's duration as the page does (95%: "

@@ -162,30 +162,26 @@ def _top_level_bindings(tree: ast.Module) -> dict[str, ast.AST]:
             if isinstance(n, ast.Name):
                 last[n.id] = stmt
 
+    def record(n):
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            last[n.name] = n
+        elif isinstance(n, ast.Import | ast.ImportFrom):
+            for a in n.names:
+                last[(a.asname or a.name).split(".")[0]] = n
+        elif isinstance(n, ast.Assign):
+            for t in n.targets:
+                bind(t, n)
+        elif isinstance(n, ast.AnnAssign | ast.AugAssign | ast.NamedExpr):
+            bind(n.target, n)
+
+    binds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import,
+             ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.AugAssign)
     for stmt in tree.body:
-        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            last[stmt.name] = stmt
-        elif isinstance(stmt, ast.Import | ast.ImportFrom):
-            for a in stmt.names:
-                last[(a.asname or a.name).split(".")[0]] = stmt
-        elif isinstance(stmt, ast.Assign):
-            for t in stmt.targets:
-                bind(t, stmt)
-        elif isinstance(stmt, ast.AnnAssign | ast.AugAssign):
-            bind(stmt.target, stmt)
+        if isinstance(stmt, binds):
+            record(stmt)
         else:                              # if/try/for/with at top level
             for n in ast.walk(stmt):
-                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef
-                              | ast.ClassDef):
-                    last[n.name] = n
-                elif isinstance(n, ast.Import | ast.ImportFrom):
-                    for a in n.names:
-                        last[(a.asname or a.name).split(".")[0]] = n
-                elif isinstance(n, ast.Assign):
-                    for t in n.targets:
-                        bind(t, n)
-                elif isinstance(n, ast.NamedExpr):
-                    bind(n.target, n)
+                record(n)
     return last
 
 
