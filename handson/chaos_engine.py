@@ -109,6 +109,7 @@ class ChaosConfig:
     # anyway and a run short of its quota is "unknown", never a pass.
     min_kills: int = 0               # engine SIGKILLs at random
     min_pauses: int = 0              # SIGSTOPs longer than the lease
+    max_pauses: int = 0              # no more SIGSTOPs than this (0: no cap)
     min_crash_kills: int = 0         # self-kills at EACH of crash_points
     min_reaps: int = 0               # expired leases taken back by reap()
     quota_cap_s: float = 60.0        # the chaos phase's budget for the quota
@@ -697,7 +698,8 @@ class _Run:
                     self.due = round(due["kill"], 3)
                     self._kill_slot(self._victim(self.kill_rng, busy=False))
                     due["kill"] += gap(mean["kill"], rngs["kill"])
-                if due["pause"] is not None and clock("pause", now) >= due["pause"]:
+                if (due["pause"] is not None and clock("pause", now) >= due["pause"]
+                        and not 0 < cfg.max_pauses <= len(self.pauses)):
                     victim = self._victim(self.pause_rng, busy=True)
                     if victim is not None:         # else: at the next busy tick
                         self.due = round(due["pause"], 3)

@@ -48,11 +48,12 @@ def record(url: str, seeds: tuple[int, ...] = (1, 2, 3, 4), job_s: float = 0.6,
     """Run until one job shows a zombie; its events in seconds from its first claim."""
     iters = iters_for(job_s)
     for seed in seeds:
-        # A short backlog and a long pause: the other worker reaches the
-        # reaped job while the paused one still sleeps.
-        cfg = ChaosConfig(docs=6, workers=2, iters=iters, lease_s=lease_s,
-                          kill_every=0, pause_every=0.7, pause_s=10 * lease_s,
-                          seed=seed)
+        # One pause, held until the other worker claims the reaped job (a
+        # zombie pause): the refusal is built, not a race between the pause
+        # and the end of a short backlog on a loaded machine.
+        cfg = ChaosConfig(docs=4, workers=2, iters=iters, lease_s=lease_s,
+                          kill_every=0, pause_every=0.7, pause_s=20 * lease_s,
+                          zombie_pauses=True, max_pauses=1, seed=seed)
         with tempfile.TemporaryDirectory(prefix="eo-lease-") as work:
             rep = chaos_run(cfg, redis_url=url, workdir=work)
             events = _read_events(Path(work) / "events")
