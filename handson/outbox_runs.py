@@ -196,6 +196,18 @@ def check_relays(relays: list[RelayRun], kills: int) -> None:
                              f"{naive}, {keyed}")
 
 
+def check_orders(orders: list[OrderRun]) -> None:
+    """The chapter's claim: commits out of id order hide rows below the
+    high-water mark, and the relay that selects unsent rows publishes them all."""
+    flag, hwm = ({o.loop: o for o in orders}[lp] for lp in outbox.RELAY_LOOPS)
+    if not hwm.skipped:
+        raise AssertionError(f"the high-water relay must skip a row committed "
+                             f"below its mark: {hwm}")
+    if flag.skipped:
+        raise AssertionError(f"the relay that selects unsent rows must skip "
+                             f"none: {flag}")
+
+
 def doubled_deliveries(bench: Bench, docs: int = 20) -> RelayRun:
     """Every document's job delivered twice on purpose: the consumer's key alone
     decides how many effects there are."""

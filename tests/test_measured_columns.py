@@ -4,7 +4,8 @@ Each chapter checks what its prose says about a table with a function from
 handson (`check_*`). Here each of those tables is produced again, small, from a
 system with the behaviour broken (a queue that acks in its claim, XACK before
 instead of after, random partitions, a blind lookup, a two-step save, a relay
-that deletes before it publishes), and the chapter's check must raise: the
+that deletes before it publishes, commits in id order), and the chapter's
+check must raise: the
 column is the system's doing, not the page's.
 """
 
@@ -179,6 +180,32 @@ def test_relay_check_fails_when_the_relay_deletes_before_it_publishes(tmp_path,
     finally:
         honest.close()
     outbox_runs.check_relays([good, good], KILLS)
+
+
+class _IdOrder:
+    """A shuffle that keeps every list as it is: writers commit in id order."""
+
+    def __init__(self, seed):
+        pass
+
+    def shuffle(self, xs):
+        pass
+
+
+def test_order_check_fails_when_commits_follow_the_ids(tmp_path, redis_url,
+                                                       monkeypatch):
+    bench = outbox_runs.Bench(str(tmp_path / "order.sqlite"), redis_url)
+    try:
+        shuffled = [outbox_runs.out_of_order(bench, lp) for lp in outbox.RELAY_LOOPS]
+        outbox_runs.check_orders(shuffled)
+        monkeypatch.setattr(outbox_runs.random, "Random", _IdOrder)
+        in_order = [outbox_runs.out_of_order(bench, lp) for lp in outbox.RELAY_LOOPS]
+    finally:
+        bench.close()
+    assert all(o.commit_order == sorted(o.commit_order) for o in in_order), in_order
+    assert [o.skipped for o in in_order] == [0, 0], in_order
+    with pytest.raises(AssertionError, match="must skip a row committed below"):
+        outbox_runs.check_orders(in_order)
 
 
 # -- the lab: reading a chaos report ------------------------------------------------
