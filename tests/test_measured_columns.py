@@ -5,8 +5,7 @@ handson (`check_*`). Here each of those tables is produced again, small, from a
 system with the behaviour broken (a queue that acks in its claim, XACK before
 instead of after, random partitions, a blind lookup, a two-step save, a relay
 that deletes before it publishes, commits in id order), and the chapter's
-check must raise: the
-column is the system's doing, not the page's.
+check must raise: the column is the system's doing, not the page's.
 """
 
 from pathlib import Path
