@@ -1,7 +1,7 @@
 """Assignment 2, claim_ack_reap: the learner's queue module, judged by behaviour.
 
 The notebook's `%%writefile myqueue.py` cell writes a real module. It is graded
-by the lab's contract checks (`handson.contract_checks`, one point value per
+by the lab's contract checks (`handson.queues.checks`, one point value per
 check name) and by chaos runs of real worker processes with SIGKILL on that
 module (`handson.chaos`): nothing lost, nothing applied twice with the
 idempotent worker, every dead job with a reason, no stale ack accepted. The
@@ -21,7 +21,7 @@ from autograder.checks import (
     not_run,
     outcome,
 )
-from handson.chaos_engine import INVARIANTS as MEANS
+from handson.faults.engine import INVARIANTS as MEANS
 
 NAME = "claim_ack_reap"
 MODULE_FILE = "myqueue.py"

@@ -468,7 +468,7 @@ class _Remote(dict):
         self.module = module
 
     def get(self, name, default=None):
-        from handson import remote_module
+        from handson.infra import remote_module
 
         if self.module_functions().get(name) is None:
             return default
@@ -501,7 +501,7 @@ class _Remote(dict):
 
 def observe_remote(cells_path: str, quick: bool) -> dict:
     """The trusted harness: load the cells in a host, observe over the pipe."""
-    from handson import remote_module
+    from handson.infra import remote_module
 
     prefix = remote_module.prefix_from_env() or []
     try:

@@ -5,7 +5,7 @@ reference queue) with the learner's `extend` and
 `run_with_heartbeat(r, queue, job_id, attempt, lease_s, work) -> bool`.
 A trusted harness: under the grader (EO_LEARNER_PREFIX set) it never imports
 the module; the learner's functions run in a host process and the work and the
-refusing queue they are handed are stand-ins there (`handson.remote_module`).
+refusing queue they are handed are stand-ins there (`handson.infra.remote_module`).
 Runs under the sandbox's supervisor:
 
     python -m autograder.heartbeat_trial heartbeat.py REDIS_URL --json
@@ -44,8 +44,8 @@ import traceback
 import uuid
 from pathlib import Path
 
-from handson import remote_module
-from handson.contract import load_queue
+from handson.infra import remote_module
+from handson.queues.contract import load_queue
 from handson.redis_server import connect
 
 LEASE_S = 0.2

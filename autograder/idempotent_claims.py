@@ -58,7 +58,7 @@ KEY = "ORD-1001"
 
 PROBE = """
 import json, sys
-from handson.learner_module import ModuleProblem, load
+from handson.infra.learner_module import ModuleProblem, load
 try:
     m = load(sys.argv[1], ("POLICY", "send_confirmation", "award_points"))
     print(json.dumps({"ok": True, "policy": str(m.POLICY)}))

@@ -3,9 +3,9 @@
 Three steps, each a subprocess under `autograder.sandbox` with its own limit:
 
 - `probe`: can the file be loaded as a queue at all (syntax, import, the
-  seven functions)? Uses `handson.contract.load_queue`, so the message is the
+  seven functions)? Uses `handson.queues.contract.load_queue`, so the message is the
   one the lab gives.
-- `contract`: `handson.contract_checks.run_checks` on the file, as JSON.
+- `contract`: `handson.queues.checks.run_checks` on the file, as JSON.
 - `chaos`: `python -m handson.chaos ... --json` on the file: real workers,
   real SIGKILLs, a verdict per invariant.
 
@@ -13,7 +13,7 @@ Nothing here judges; the assignment modules turn the data into points.
 
 None of these processes imports the learner's file: each is a trusted harness
 that calls the module's functions in a host process of its own, started with
-the sandbox's `learner_prefix` (EO_LEARNER_PREFIX, see `handson.remote_module`).
+the sandbox's `learner_prefix` (EO_LEARNER_PREFIX, see `handson.infra.remote_module`).
 What they print comes from code the learner cannot change, and the learner's
 processes may write only in the module's directory, never in the harness's.
 """
@@ -26,11 +26,11 @@ import sys
 from pathlib import Path
 
 from autograder import sandbox
-from handson import remote_module
+from handson.infra import remote_module
 
 PROBE = """
 import json, sys
-from handson.contract import ContractError, load_queue
+from handson.queues.contract import ContractError, load_queue
 try:
     load_queue(sys.argv[1])
     print(json.dumps({"ok": True}))
@@ -45,7 +45,7 @@ except BaseException as err:
 CONTRACT = """
 import json, sys
 from dataclasses import asdict
-from handson.contract_checks import run_checks
+from handson.queues.checks import run_checks
 names = sys.argv[3].split(",")
 timeout = float(sys.argv[4]) if sys.argv[4] != "-" else None
 for name in names:

@@ -325,9 +325,10 @@ def kernel_read_paths(also: str | None = None) -> tuple[str, ...]:
     wanted: set[str] = {"autograder.run_notebook"}
     for nb in sorted((root / "exercises").glob("*/*.ipynb")):
         text = nb.read_text(errors="replace")
-        wanted |= {f"handson.{m}" for m in re.findall(r"handson\.(\w+)", text)}
-        wanted |= {f"handson.{m}" for group in
-                   re.findall(r"from handson import ([\w, ]+)", text)
+        wanted |= {f"handson.{m}" for m in re.findall(r"handson\.(\w+(?:\.\w+)*)",
+                                                      text)}
+        wanted |= {f"handson{sub}.{m}" for sub, group in
+                   re.findall(r"from handson((?:\.\w+)*) import ([\w, ]+)", text)
                    for m in re.split(r"[, ]+", group) if m}
     if also:
         wanted.add(also)
@@ -335,17 +336,30 @@ def kernel_read_paths(also: str | None = None) -> tuple[str, ...]:
     while wanted - seen:
         name = sorted(wanted - seen)[0]
         seen.add(name)
-        path = root.joinpath(*name.split(".")).with_suffix(".py")
-        if path.exists():
-            wanted |= _course_imports(path, name.split(".")[0])
+        parts = name.split(".")         # the packages on its way are imported too
+        wanted |= {".".join(parts[:i]) for i in range(2, len(parts))}
+        path = _module_file(root, name)
+        if path:
+            wanted |= _course_imports(path, name)
     files = [root / "autograder" / "__init__.py", root / "handson" / "__init__.py"]
-    files += [root.joinpath(*n.split(".")).with_suffix(".py") for n in sorted(seen)]
-    return tuple(str(f) for f in files if f.exists())
+    files += [f for n in sorted(seen) if (f := _module_file(root, n))]
+    return tuple(dict.fromkeys(str(f) for f in files if f.exists()))
 
 
-def _course_imports(path: Path, package: str) -> set[str]:
-    """The course modules (`handson.x`, `autograder.y`) a module imports."""
+def _module_file(root: Path, name: str) -> Path | None:
+    """The file of a course module (`a/b.py`) or package (`a/b/__init__.py`)."""
+    path = root.joinpath(*name.split("."))
+    for f in (path.with_suffix(".py"), path / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def _course_imports(path: Path, module: str) -> set[str]:
+    """The course modules (`handson.x`, `handson.x.y`, `autograder.z`) a module
+    imports; a name that is no file (an imported function) is dropped later."""
     names: set[str] = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     with contextlib.suppress(SyntaxError, OSError):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
@@ -353,12 +367,12 @@ def _course_imports(path: Path, package: str) -> set[str]:
             elif isinstance(node, ast.ImportFrom):
                 mod = node.module or ""
                 if node.level:
-                    mod = f"{package}.{mod}" if mod else package
+                    base = package.rsplit(".", node.level - 1)[0]
+                    mod = f"{base}.{mod}" if mod else base
                 mods = [mod] + [f"{mod}.{a.name}" for a in node.names]
             else:
                 continue
-            names |= {".".join(m.split(".")[:2]) for m in mods
-                      if m.split(".")[0] in ("handson", "autograder")
+            names |= {m for m in mods if m.split(".")[0] in ("handson", "autograder")
                       and m.count(".") >= 1}
     return names
 

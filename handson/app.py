@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from handson import redis_server
-from handson.contract import load_queue
+from handson.queues.contract import load_queue
 
 
 class Doc(BaseModel):

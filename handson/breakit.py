@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from handson import produce, q, redis_server, setup_db, verify, work
-from handson.chaos_engine import ChaosConfig, Report
-from handson.chaos_engine import run as chaos_run
+from handson.faults.engine import ChaosConfig, Report
+from handson.faults.engine import run as chaos_run
 from handson.measure import Pool
 
 SIZES = {

@@ -20,7 +20,7 @@ import os
 import sys
 from dataclasses import fields
 
-from handson.chaos_engine import ChaosConfig, run
+from handson.faults.engine import ChaosConfig, run
 from handson.redis_server import cli_redis
 
 HELP = {

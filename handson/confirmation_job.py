@@ -28,10 +28,11 @@ import sys
 import time
 from collections.abc import Callable
 
-from handson import claims, learner_module
-from handson.mailer import PlainMailer, open_mailer
-from handson.sqldb import Database
-from handson.worker_process import stop_at, wait_gate
+from handson.effects import claims
+from handson.effects.mailer import PlainMailer, open_mailer
+from handson.effects.sqldb import Database
+from handson.infra import learner_module
+from handson.infra.worker_process import stop_at, wait_gate
 
 JOB_TYPE = "send_confirmation"
 LEASE_S = 10 * 60.0     # the lease: ten minutes ...

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from handson import produce, q, redis_server, setup_db
 from handson.bench.run import slope_rate
-from handson.chaos_engine import ChaosConfig, Report
-from handson.chaos_engine import run as chaos_run
+from handson.faults.engine import ChaosConfig, Report
+from handson.faults.engine import run as chaos_run
 
 SIZES = {
     "small": {

@@ -40,10 +40,10 @@ from collections.abc import Callable
 
 import redis
 
-from handson import learner_module
-from handson.contract import load_queue
-from handson.sqldb import Database
-from handson.worker_process import stop_at
+from handson.effects.sqldb import Database
+from handson.infra import learner_module
+from handson.infra.worker_process import stop_at
+from handson.queues.contract import load_queue
 
 SAVE_MODES = ("commit-then-enqueue", "enqueue-then-commit", "outbox")
 RELAY_LOOPS = ("flag", "high-water")

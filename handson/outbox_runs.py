@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass
 import redis
 
 from handson import outbox
-from handson.contract import load_queue
-from handson.sqldb import Database, default_target
-from handson.worker_process import WorkerError, run_or_kill
+from handson.effects.sqldb import Database, default_target
+from handson.infra.worker_process import WorkerError, run_or_kill
+from handson.queues.contract import load_queue
 
 MODULE = "handson.outbox"
 

@@ -45,7 +45,7 @@ def redis_from_env():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from handson.contract import ContractError, load_queue
+    from handson.queues.contract import ContractError, load_queue
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("n", type=int)

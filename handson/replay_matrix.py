@@ -22,11 +22,12 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 
-from handson import claims, confirmation_job
+from handson import confirmation_job
 from handson.confirmation_job import JOB_TYPE, LEASE_S, POLICIES
-from handson.mailer import open_mailer
-from handson.sqldb import Database, default_target
-from handson.worker_process import Worker, WorkerError, open_gate, run_or_kill
+from handson.effects import claims
+from handson.effects.mailer import open_mailer
+from handson.effects.sqldb import Database, default_target
+from handson.infra.worker_process import Worker, WorkerError, open_gate, run_or_kill
 
 KEY, OTHER_KEY = "ORD-1001", "ORD-1002"
 T0 = 1_000_000.0                  # the injected clock's first reading

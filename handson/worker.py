@@ -27,8 +27,9 @@ import time
 
 import redis
 
-from handson import redis_server, remote_module, setup_db, sink, work
-from handson.contract import ContractError, load_queue
+from handson import redis_server, setup_db, sink, work
+from handson.infra import remote_module
+from handson.queues.contract import ContractError, load_queue
 
 CRASH_POINTS = {
     "after-claim": "right after claim returns, before any work",

@@ -6,7 +6,7 @@ The network is blocked (every http(s) request goes to a dead proxy) and any
 request that is not a local file is reported. The check presses Spike and
 Kill -9 with real mouse clicks, reads the counters, turns on ack-before-work
 and kills again, replays seeded scenarios through the page's copy of the model
-and compares them tick by tick with handson.sim, and reads the calculator.
+and compares them tick by tick with handson.book.sim, and reads the calculator.
 Chromium is driven over the DevTools protocol (tests/cdp.py); no browser is
 downloaded. Exit status 0 means every check held.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cdp import Chromium, find_chromium
 
-from handson import sim
+from handson.book import sim
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PAGE = ROOT / "_build" / "html" / "book" / "queues_and_logs.html"
@@ -108,8 +108,8 @@ def check(page: Path, binary: str) -> dict:
         for sc in SCENARIOS:
             js = b.js(f"JSON.stringify(EOQueueSim.runScenario({json.dumps(sc)}))")
             py = sim.run_scenario(sc)
-            assert json.loads(js) == py, f"browser and handson.sim differ on seed " \
-                f"{sc['seed']}"
+            assert json.loads(js) == py, \
+                f"browser and handson.book.sim differ on seed {sc['seed']}"
         report["same_trace_as_python"] = [sc["seed"] for sc in SCENARIOS]
 
         shown = b.js("document.querySelector('[data-calc=drain]').textContent")

@@ -7,7 +7,7 @@ test module and deleted after. Only a machine with neither skips it, and says so
 
 import pytest
 
-from handson import pg_server
+from handson.infra import pg_server
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@
 wrote (or, when it is missing or older than the chapter, builds the chapter alone
 into a temporary directory), presses Spike and Kill -9 with real clicks, reads
 the counters, and checks that the page's copy of the model gives the same
-trace as handson.sim. The checks live in tests/check_sim_offline.py (also
+trace as handson.book.sim. The checks live in tests/check_sim_offline.py (also
 runnable by hand); this file only runs them.
 """
 
@@ -60,7 +60,7 @@ def test_checker_fails_clearly_on_a_missing_page(chromium, tmp_path):
 
 def test_checker_notices_a_page_that_reaches_for_the_network(chromium, tmp_path):
     # The real widget plus one external script: the check must refuse the page.
-    from handson import simwidget
+    from handson.book import simwidget
 
     script = (ROOT / "book" / "_static" / "queue-sim.js").read_text()
     calc = simwidget.calculator_html(script, backlog=5_000_000, s_per_job=0.02,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from handson import chaos, redis_server
-from handson.chaos_engine import ChaosConfig, replay_command, run
-from handson.contract import load_queue
+from handson.faults.engine import ChaosConfig, replay_command, run
+from handson.queues.contract import load_queue
 
 CORPUS = Path(__file__).parent / "corpus" / "queues"
 

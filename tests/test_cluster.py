@@ -12,10 +12,10 @@ import redis
 from redis.crc import key_slot
 
 from handson import cluster_runs, q
-from handson.chaos_engine import ChaosConfig
-from handson.chaos_engine import run as chaos_run
 from handson.cluster import EmbeddedCluster, cluster_client
-from handson.contract_checks import run_checks
+from handson.faults.engine import ChaosConfig
+from handson.faults.engine import run as chaos_run
+from handson.queues.checks import run_checks
 from handson.redis_server import EmbeddedRedis, RedisUnavailable, connect
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import handson.q
-from handson import contract_checks
-from handson.contract_checks import run_checks
+from handson.queues import checks
+from handson.queues.checks import run_checks
 from handson.redis_server import RedisUnavailable
 
 SOURCE = Path(handson.q.__file__).read_text()
@@ -161,7 +161,7 @@ def test_another_key_layout_passes_every_check(tmp_path, redis_url):
     path = tmp_path / "other_layout.py"
     path.write_text(source)
     results = run_checks(str(path), redis_url)
-    assert [x.name for x in results] == list(contract_checks.CHECKS)
+    assert [x.name for x in results] == list(checks.CHECKS)
     assert all(x.ok for x in results), "\n".join(x.line() for x in results if not x.ok)
 
 
@@ -216,7 +216,7 @@ def test_unknown_check_name_and_absent_redis(redis_url):
 
 def _cli(*args, env_url: str) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "REDIS_URL": env_url}
-    return subprocess.run([sys.executable, "-m", "handson.contract_checks", *args],
+    return subprocess.run([sys.executable, "-m", "handson.queues.checks", *args],
                           capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -238,7 +238,7 @@ def test_deadline_from_the_workers_clock_loses_only_that_check(redis_url):
     """mini_correct with claim's deadline from time.time(): one more check fails,
     the one that names it (mini_correct has no bound, so it fails bound_refuses)."""
     # every check but the three slowest (claim, reap and renewal under load)
-    names = [n for n in contract_checks.CHECKS if n not in (
+    names = [n for n in checks.CHECKS if n not in (
         "claim_atomic_concurrent", "reap_atomic_concurrent", "heartbeat_keeps_lease")]
     base = {x.name for x in run_checks(str(QUEUES / "mini_correct.py"), redis_url,
                                        names) if not x.ok}
@@ -268,7 +268,7 @@ def test_clock_skew_moves_the_wall_clocks_only():
     """EO_CLOCK_SKEW_S shifts time.time, time_ns and datetime.now, not sleeps."""
     code = ("import datetime, time\n"
             "t, m = time.time(), time.monotonic()\n"
-            "from handson.learner_module import load\n"
+            "from handson.infra.learner_module import load\n"
             "load('json')\n"
             "print(round(time.time() - t), round(time.time_ns() / 1e9 - t),\n"
             "      round(datetime.datetime.now().timestamp() - t),\n"

@@ -234,6 +234,9 @@ def test_own_work_reads_the_file_not_the_module(tmp_path):
             "names a file or folder of the course",
         "import sys\nsys.modules['x'] = None\n": "sys.modules",
         "from autograder.claim_ack_reap import CHECKS\n": "from autograder",
+        "from handson.queues.checks import *\n": "* from handson.queues.checks",
+        "from handson.infra import remote_module\n": "from handson.infra",
+        "import handson.faults.engine as e\n": "module handson.faults.engine",
     }
     policy = own_work.POLICIES["claim_ack_reap"]
     for source, says in cases.items():

@@ -31,7 +31,7 @@ import psutil
 import pytest
 from cdp import Chromium
 
-from handson import sim
+from handson.book import sim
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = Path("book/queues_and_logs.md")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from handson import measure, outbox, outbox_runs, replay_matrix, streams_log
+from handson import measure, outbox, outbox_runs, replay_matrix
+from handson.queues import streams_log
 
 CORPUS = Path(__file__).parent / "corpus" / "queues"
 KILLS = 2
@@ -212,8 +213,8 @@ def test_order_check_fails_when_commits_follow_the_ids(tmp_path, redis_url,
 def test_chaos_report_verdict_is_the_bug_not_the_configuration(redis_url):
     # The lab's report run (named after-claim crashes), smaller: the queue whose
     # claim acks comes out invalid with lost jobs, the reference queue valid.
-    from handson.chaos_engine import ChaosConfig
-    from handson.chaos_engine import run as chaos_run
+    from handson.faults.engine import ChaosConfig
+    from handson.faults.engine import run as chaos_run
 
     config = dict(docs=40, workers=2, iters=5000, lease_s=0.5, kill_every=0,
                   crash_points=("after-claim",), crash_p=0.1, seed=3)

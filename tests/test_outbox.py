@@ -5,7 +5,7 @@ import pytest
 from db_targets import db_target, postgres_url  # noqa: F401 - fixtures
 
 from handson import outbox, outbox_runs
-from handson.sqldb import Database
+from handson.effects.sqldb import Database
 
 KILLS = 3
 

@@ -1,7 +1,7 @@
 """Privilege separation: no judge shares a process with the learner's code.
 
-The learner's module runs in a host process of its own (`handson.learner_host`)
-and the harness calls it over a pipe (`handson.remote_module`). The attacks
+The learner's module runs in a host process of its own (`handson.infra.learner_host`)
+and the harness calls it over a pipe (`handson.infra.remote_module`). The attacks
 here are the ones a hostile submission used when the judges imported its
 module: patch the check table on import, print a forged chaos report and exit.
 Run for real through `python -m autograder grade`, they must earn nothing.
@@ -18,8 +18,8 @@ import nbformat
 import pytest
 
 from autograder import notebook
-from handson import remote_module
-from handson.learner_module import ModuleProblem
+from handson.infra import remote_module
+from handson.infra.learner_module import ModuleProblem
 
 ROOT = notebook.REPO
 ENV = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep
@@ -57,7 +57,7 @@ def run_with_heartbeat(r, queue, job_id, attempt, lease_s, work):
     raise NotImplementedError("run_with_heartbeat")
 
 try:
-    import handson.contract_checks as _cc
+    import handson.queues.checks as _cc
     for _c in _cc.CHECKS.values():
         _c.fn = lambda q, r, url: "forged"
 except Exception:

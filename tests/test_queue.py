@@ -10,14 +10,15 @@ import time
 import pytest
 from redis.crc import key_slot
 
-from handson import contract_checks, q
+from handson import q
+from handson.queues import checks
 from handson.redis_server import connect
 
 
-@pytest.mark.parametrize("name", list(contract_checks.CHECKS))
+@pytest.mark.parametrize("name", list(checks.CHECKS))
 def test_contract(name, redis_url):
     """Each contract semantic, checked by the one module that checks contracts."""
-    [res] = contract_checks.run_checks("handson.q", redis_url, [name])
+    [res] = checks.run_checks("handson.q", redis_url, [name])
     assert res.ok, res.line()
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from handson import durability, q
+from handson import q
+from handson.faults import durability
 from handson.redis_server import (
     FSYNC_CHOICES,
     EmbeddedRedis,
@@ -165,7 +166,7 @@ def _run(code_or_args, env_url: str | None = None) -> subprocess.CompletedProces
                           timeout=60, env=env)
 
 
-@pytest.mark.parametrize("cli", [["handson.contract_checks", "handson.q"],
+@pytest.mark.parametrize("cli", [["handson.queues.checks", "handson.q"],
                                  ["handson.chaos", "2", "--docs", "10"],
                                  ["handson.q", "stats"]])
 def test_cli_with_a_bad_redis_url_prints_one_line_and_exits_3(cli):

@@ -14,10 +14,11 @@ import pytest
 from db_targets import db_target, postgres_url  # noqa: F401 - fixtures
 
 from autograder import idempotent_claims as claims_grader
-from handson import claims, confirmation_job, replay_matrix
+from handson import confirmation_job, replay_matrix
 from handson.confirmation_job import LEASE_S, PolicyUnavailable, send_confirmation
-from handson.mailer import PlainMailer, ReferenceMailer
-from handson.sqldb import Database
+from handson.effects import claims
+from handson.effects.mailer import PlainMailer, ReferenceMailer
+from handson.effects.sqldb import Database
 
 GOLDEN = Path(__file__).parent / "golden" / "replay"
 SEED_TABLE = (GOLDEN / "matrix.txt").read_text().splitlines()

@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from handson import sim
+from handson.book import sim
 
 
 def test_prng_matches_reference_values():

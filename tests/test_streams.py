@@ -5,13 +5,13 @@ import sys
 
 import pytest
 
-from handson import streams_log as log
+from handson.queues import streams_log as log
 
 
 def test_partition_is_stable_across_processes():
     keys = [f"doc-{i}" for i in range(50)]
     here = [log.partition_for(k, 3) for k in keys]
-    code = ("from handson.streams_log import partition_for as p; "
+    code = ("from handson.queues.streams_log import partition_for as p; "
             f"print([p(k, 3) for k in {keys!r}])")
     there = subprocess.run([sys.executable, "-c", code], capture_output=True,
                            text=True, timeout=60, check=True).stdout

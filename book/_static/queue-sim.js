@@ -1,7 +1,7 @@
 /* "Watch it": a worker pool draining a queue, in the reader's browser.
  *
- * The model below is a line-for-line port of handson/sim.py (the reference the
- * book build checks its numbers against); a test plays the same seeded scenario
+ * The model below is a line-for-line port of handson/book/sim.py (the reference
+ * the book build checks its numbers against); a test plays the same seeded scenario
  * through both and compares every tick. Keep the two in step: integer ticks,
  * mulberry32, and only +, *, /, floor and compare on floats.
  * No libraries, no network: a canvas for the pool, a canvas for the lag graph.
@@ -143,7 +143,7 @@
     else { throw new Error("unknown scenario action " + action); }
   }
 
-  /* The same scenario format as handson.sim.run_scenario. */
+  /* The same scenario format as handson.book.sim.run_scenario. */
   function runScenario(sc) {
     var sim = new Model(sc.seed, sc.arrivals, sc.workers, sc.ack_before_work);
     var byTick = {}, trace = [], t;
@@ -385,7 +385,7 @@
 
   /* ---------------------------------------------------------- calculator -- */
   /* Little's Law for a pool: capacity = workers / seconds per job, and a
-   * backlog B drains in B / (capacity - arrivals). handson.sim has the same
+   * backlog B drains in B / (capacity - arrivals). handson.book.sim has the same
    * two formulas (pool_capacity, predicted_drain_s); the browser test checks
    * that this form shows what the build computed. */
   function drainText(backlog, sPerJob, workers, arrivals) {

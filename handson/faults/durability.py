@@ -8,7 +8,7 @@ always. A process kill is not a power cut: data that Redis wrote to the file
 is in the OS page cache and survives, so fsync matters only when the machine
 itself goes down; the "off" row is what a kill costs with no AOF.
 
-    python -m handson.durability            # one row per setting
+    python -m handson.faults.durability            # one row per setting
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """A learner's module seen through a pipe: the caller never imports its code.
 
 When EO_LEARNER_PREFIX is set (a JSON list: the argv prefix that confines a
-learner process; `[]` is a plain separate process), `handson.contract.load_queue`
+learner process; `[]` is a plain separate process), `handson.queues.contract.load_queue`
 and the other loaders return a `RemoteModule` instead of importing the file.
-Each call is sent to a host process (`handson/learner_host.py`) running the
+Each call is sent to a host process (`handson/infra/learner_host.py`) running the
 learner's module, and the reply comes back as the value or as an exception of
 the same type name. So the harness that calls the functions, records what they
 returned and judges it, runs no learner code: what a module does on import or
@@ -32,12 +32,12 @@ import sys
 import threading
 from pathlib import Path
 
-from handson import learner_host
-from handson.learner_module import ModuleProblem
+from handson.infra import learner_host
+from handson.infra.learner_module import ModuleProblem
 
 ENV = "EO_LEARNER_PREFIX"
 HOST = str(Path(learner_host.__file__).resolve())
-ROOT = str(Path(learner_host.__file__).resolve().parent.parent)
+ROOT = str(Path(learner_host.__file__).resolve().parents[2])
 CALL_TIMEOUT_S = float(os.environ.get("EO_CALL_TIMEOUT_S", "120"))
 START_TIMEOUT_S = 60.0
 

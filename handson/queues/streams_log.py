@@ -20,7 +20,7 @@ to you, so the log here is Redis Streams, whose parts map onto Kafka's:
     reset offsets to replay         XGROUP SETID <group> <old id>
 
 Consumers and job-queue workers are real processes (`python -m
-handson.streams_log consume ...`); the demos kill them with SIGKILL. Each demo
+handson.queues.streams_log consume ...`); the demos kill them with SIGKILL. Each demo
 returns plain rows that the chapter prints as tables and the tests check.
 """
 
@@ -205,7 +205,7 @@ def queue_worker(url: str, out: Path, work_ms: float = 10, slow_ms: float = 1000
 
 
 def _spawn(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "handson.streams_log", *args],
+    return subprocess.Popen([sys.executable, "-m", "handson.queues.streams_log", *args],
                             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

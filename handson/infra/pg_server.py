@@ -5,7 +5,7 @@ on a Unix socket there, trusts local connections, and is stopped and deleted
 afterwards. PostgreSQL refuses to run as root, so under root the directory is
 handed to the `postgres` user (or `nobody`) and the server runs as that user.
 
-    python -m handson.pg_server      # start one, print its URL, stop on Ctrl-C
+    python -m handson.infra.pg_server      # start one, print its URL, stop on Ctrl-C
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from handson import produce, redis_server, setup_db, verify
-from handson.contract import ContractError, load_queue
+from handson.queues.contract import ContractError, load_queue
 
 INVARIANTS = {
     "lost": "enqueued, never applied, not in the DLQ",

@@ -13,11 +13,12 @@ import tempfile
 from contextlib import ExitStack
 
 from handson import c01_job_scheduler as c01
-from handson import outbox, outbox_runs, replay_matrix, sim
-from handson.chaos_engine import ChaosConfig
-from handson.chaos_engine import run as chaos_run
+from handson import outbox, outbox_runs, replay_matrix
+from handson.book import sim
+from handson.effects.sqldb import default_target
+from handson.faults.engine import ChaosConfig
+from handson.faults.engine import run as chaos_run
 from handson.redis_server import redis_url
-from handson.sqldb import default_target
 
 
 def delivery() -> dict:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import inspect
 from types import ModuleType
 
-from handson import remote_module
-from handson.learner_module import ModuleProblem, load
+from handson.infra import remote_module
+from handson.infra.learner_module import ModuleProblem, load
 
 SIGNATURES = {
     "enqueue": ("r", "payload", "job_id"),

@@ -14,8 +14,8 @@ it loads the queue there, flushes the database, and reports a CheckResult. A
 check that raises, hangs or kills its process is a failure with the reason in
 `got`, never a crash of the runner.
 
-    python -m handson.contract_checks handson.q
-    python -m handson.contract_checks myq.py --only zombie_ack_refused --json
+    python -m handson.queues.checks handson.q
+    python -m handson.queues.checks myq.py --only zombie_ack_refused --json
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from handson.contract import ContractError, load_queue
-from handson.learner_module import SKEW_ENV
+from handson.infra.learner_module import SKEW_ENV
+from handson.queues.contract import ContractError, load_queue
 from handson.redis_server import cli_redis, connect, die_with_parent, redis_url
 
 LEASE = 0.25        # short leases keep the checks quick ...

@@ -13,8 +13,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from handson.breakit import iters_for
-from handson.chaos_engine import ChaosConfig, _read_events
-from handson.chaos_engine import run as chaos_run
+from handson.faults.engine import ChaosConfig, _read_events
+from handson.faults.engine import run as chaos_run
 
 ENDS = ("ack", "ack_refused", "extend_refused", "abandoned", "fail")
 

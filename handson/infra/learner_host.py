@@ -2,7 +2,7 @@
 
     python learner_host.py MODULE        (a .py path or a dotted name)
 
-The trusted side (`handson.remote_module`) starts this script, usually under a
+The trusted side (`handson.infra.remote_module`) starts this script, usually under a
 sandbox prefix, and never imports the learner's code itself: whatever the
 module does on import or in a call, it can only change the replies it sends.
 

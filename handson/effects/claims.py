@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from handson.sqldb import Database
+from handson.effects.sqldb import Database
 
 TABLE = "handled_operations"
 HOLDS = "held_operations"

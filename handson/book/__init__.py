@@ -1,0 +1,1 @@
+"""What only the chapters use: code display, the simulation, review figures."""

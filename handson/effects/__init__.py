@@ -1,0 +1,1 @@
+"""Side effects outside the queue: the claims table, mailers, one SQL type."""

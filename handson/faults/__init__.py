@@ -1,0 +1,1 @@
+"""Fault injection: the chaos engine behind `handson.chaos`, and the Redis kill."""

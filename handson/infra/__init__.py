@@ -1,0 +1,1 @@
+"""Machinery: PostgreSQL, learner-module loading and hosting, worker processes."""

@@ -1,0 +1,1 @@
+"""The queue contract every queue meets, its checks, and the Streams log."""
