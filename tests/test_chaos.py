@@ -330,7 +330,7 @@ def test_replay_command_as_printed_replays_a_failing_run(redis_url):
     """The printed command, run by a shell, breaks the same invariant again."""
     cfg = ChaosConfig(queue=str(CORPUS / "claim_two_trips.py"), docs=40, workers=2,
                       kill_every=0, kill_every_claims=6, min_kills=6,
-                      crash_points=("mid-call",), crash_p=0.03, min_crash_kills=3,
+                      crash_points=("mid-call",), crash_p=0.05, min_crash_kills=16,
                       lease_s=0.5, iters=500, seed=3)
     first = _run(cfg, redis_url)
     assert first.invariants["lost"].ok is False, first.text()
