@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 from redis.crc import key_slot
+from test_redis_server import _as_in_a_terminal
 
 from handson import cluster_runs, q
 from handson.cluster import EmbeddedCluster, cluster_client
@@ -51,7 +52,8 @@ def test_cli_cluster_comes_up_and_leaves_nothing_running(sig):
     """Ctrl-C stops every node cleanly; a SIGKILLed parent takes them with it."""
     p = subprocess.Popen([sys.executable, "-m", "handson.cluster", "--primaries", "1"],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True)
+                         text=True, start_new_session=True,
+                         preexec_fn=_as_in_a_terminal)
     lines = []
     try:
         for line in p.stdout:

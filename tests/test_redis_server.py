@@ -118,12 +118,19 @@ CHILD = textwrap.dedent("""
 """)
 
 
+def _as_in_a_terminal():
+    """Ctrl-C as a terminal delivers it, even when pytest itself was started
+    in the background (where the shell hands children an ignored SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_parent_killed_or_interrupted_leaves_no_server(sig):
     """SIGKILL the parent alone; or Ctrl-C its whole process group, as a terminal
     does: the server must not see that SIGINT (Python stops it after cleanup)."""
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE,
-                             text=True, start_new_session=True)
+                             text=True, start_new_session=True,
+                             preexec_fn=_as_in_a_terminal)
     pid, where = None, None
     try:
         line = child.stdout.readline().split()
