@@ -76,7 +76,7 @@ def test_bug_costs_the_check_that_names_it(graded, name):
 
 def test_nothing_the_submissions_started_is_left_running(graded):
     left = [p for p in psutil.process_iter(["cmdline"])
-            if (p.info["cmdline"] or [])[:2] == ["sleep", "600"]]
+            if (p.info["cmdline"] or [])[:2] == ["sleep", corpus.SLEEPER]]
     assert not left, left
 
 

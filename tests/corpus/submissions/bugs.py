@@ -12,6 +12,9 @@ Edits that no longer apply fail the test, so the corpus cannot rot silently.
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# The process the leftover submission starts: a length of sleep nothing else
+# on the machine uses, so a test can tell it from anyone else's.
+SLEEPER = "600.0137"
 ALT_STREAMS = (HERE.parent / "queues" / "alt_streams.py").read_text()
 CLAIM_ON_WORKER_CLOCK = '''
 def claim(r, lease_s):
@@ -71,8 +74,8 @@ SUBMISSIONS = {
                             "    sys.exit(3)\n")],
             "ack_after_work_impl": [("    ### END SOLUTION",
                                      "    ### END SOLUTION\n\n\nimport subprocess\n"
-                                     "_sleeper = subprocess.Popen(['sleep', '600'], "
-                                     "start_new_session=True)\n")],
+                                     "_sleeper = subprocess.Popen(['sleep', "
+                                     f"'{SLEEPER}'], start_new_session=True)\n")],
             "ack_before_work": [("check('ack_before_work')", "print('trust me')")],
         },
         loses={"window_escapes": "did not return within",
