@@ -84,8 +84,9 @@ class _Check:
 CHECKS: dict[str, _Check] = {}
 
 
-# A light check takes about 3 s alone; graded beside two chaos runs on two
-# cores it has taken over 15 s, and a correct queue must not lose it to load.
+# A light check takes about 3 s alone; graded beside a chaos run and other
+# checks on two cores it has taken over 15 s, and a correct queue must not lose
+# it to load.
 LIGHT_CHECK_S = 30.0
 
 
