@@ -69,38 +69,44 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
     """Real workers on the learner's module; heartbeats are assignment 3.
 
     The run lasts until its quota is in (KILLS kills, PAUSES pauses past the
-    lease, keyed to claims so the seed replays the schedule, and
-    MID_CALL_KILLS kills inside a contract call, after one of its Redis
-    replies), in batches of 25 documents with two poison ones in every 50;
+    lease, keyed to claims so the seed replays the schedule, CRASH_KILLS
+    kills inside a contract call, after one of its Redis replies, and as many
+    of a worker holding a poison document), in batches of 25 documents with a
+    poison one in every 80;
     `quick` changes nothing here (one run holds the quota). Short of the
     quota within the cap, the verdict is unknown.
     Some faults are built, not drawn: each pause lasts until the paused
     worker's job is claimed again (then the new holder waits while the zombie
-    acks), DEADLY jobs kill every worker that claims them until they die
-    max_attempts times, and two extra reapers race the workers' reap calls.
+    acks), every poison document kills the worker that holds it (SIGKILL at
+    the crash point `on-poison`) until it has died max_attempts times, and
+    two extra reapers race the workers' reap calls.
     """
     return ["4", "--docs", "25", "--seed", str(seed), "--kill-every", "0",
             "--kill-every-claims", "10",
             "--pause-every-claims", "30", "--min-kills", str(KILLS),
             "--min-pauses", str(PAUSES), "--quota-cap-s", "120",
-            "--crash-point", "mid-call", "--crash-p", "0.02",
-            "--min-crash-kills", str(MID_CALL_KILLS),
+            "--crash-point", "mid-call", "--crash-point", "on-poison:1",
+            "--crash-p", "0.02",
+            "--min-crash-kills", str(CRASH_KILLS),
             "--lease-s", "1.0", "--iters", str(ITERS), "--drain-timeout-s", "150",
             "--no-heartbeat", "--zombie-pauses", "--min-zombies", str(ZOMBIES),
             "--deadly-jobs", str(DEADLY),
-            "--poison-every", "50", "--reapers", "2"]
+            "--poison-every", "80", "--reapers", "2"]
 
 
 KILLS, PAUSES = 20, 5      # faults every graded chaos run must inject
-# Kills inside a call: with two, a claim in two round trips lost a job in 2 of
-# 3 sandboxed runs; with six, in 4 of 4.
-MID_CALL_KILLS = 6
+# Kills at each crash point. Inside a call: with two, a claim in two round
+# trips lost a job in 2 of 3 sandboxed runs; with six, in 4 of 4. On a poison
+# document: a reap that never buries an expired job was caught in 1 of 3 runs
+# without them, in 3 of 3 with them.
+CRASH_KILLS = 6
 # Zombies (paused workers that ack after their job's next claim) are built
 # when the run can, but not a quota: behind the sandbox a re-claim can take
 # longer than the engine waits, and a correct queue must never be "unknown".
 ZOMBIES = 0
-# Jobs killed at each of their claims: not a quota either, for the same reason
-# (with a Streams queue behind the sandbox the engine can miss the claims).
+# Jobs the engine kills at each of their claims: behind the sandbox it can
+# miss a Streams queue's re-claims, so the poison documents' own crash point
+# makes the graded run's deadly jobs instead.
 DEADLY = 0
 ITERS = 12000              # work per job: long enough to be caught holding it
 # One run holds the whole quota: the quota, not the number of runs, sets how

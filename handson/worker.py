@@ -57,16 +57,39 @@ class Events:
             os.write(self.fd, (json.dumps(fields) + "\n").encode())
 
 
+def crash_points(specs) -> dict[str, float | None]:
+    """"NAME" or "NAME:P" (a probability of its own) -> {name: P or None}.
+
+    ValueError names what is wrong: an unknown point or a bad probability.
+    """
+    out: dict[str, float | None] = {}
+    for spec in specs:
+        name, _, p = spec.partition(":")
+        if name not in CRASH_POINTS:
+            raise ValueError(f"unknown crash point {name!r}; known: "
+                             f"{', '.join(CRASH_POINTS)}")
+        try:
+            out[name] = float(p) if p else None
+        except ValueError:
+            raise ValueError(f"crash point {spec!r}: {p!r} is not a "
+                             "probability") from None
+        if p and not 0 <= out[name] <= 1:
+            raise ValueError(f"crash point {spec!r}: a probability is 0 to 1")
+    return out
+
+
 class Crashes:
     """Named crash points: SIGKILL ourselves there with a seeded probability."""
 
     def __init__(self, events: Events):
-        self.points = {p for p in os.environ.get("CRASH_POINT", "").split(",") if p}
-        unknown = self.points - set(CRASH_POINTS)
-        if unknown:
-            sys.exit(f"unknown CRASH_POINT {sorted(unknown)}; "
-                     f"known: {', '.join(CRASH_POINTS)}")
+        try:
+            own = crash_points(p for p in os.environ.get("CRASH_POINT", "").split(",")
+                               if p)
+        except ValueError as err:
+            sys.exit(f"CRASH_POINT: {err}")
         self.p = float(os.environ.get("CRASH_P", "0") or 0)
+        self.p_at = {name: self.p if p is None else p for name, p in own.items()}
+        self.points = set(self.p_at)
         self.rng = random.Random(int(os.environ.get("CRASH_SEED", "0") or 0))
         self.events = events
         self.call = threading.local()   # the contract call this thread is inside
@@ -75,7 +98,7 @@ class Crashes:
             self._hook_replies()
 
     def maybe(self, point: str, **fields) -> None:
-        if point in self.points and self.rng.random() < self.p:
+        if point in self.points and self.rng.random() < self.p_at[point]:
             self.events.log("crash_point", point=point, **fields)
             os.kill(PID, signal.SIGKILL)
             time.sleep(10)   # never reached: the signal is synchronous enough
@@ -100,7 +123,7 @@ class Crashes:
         self.call.name = name
         remote = self.remote
         armed = (remote is not None and "mid-call" in self.points
-                 and self.rng.random() < self.p)
+                 and self.rng.random() < self.p_at["mid-call"])
         if armed:                  # the learner's host dies after a Redis reply
             remote.arm_crash(1)
         try:

@@ -313,6 +313,27 @@ def test_quota_needs_a_way_to_inject_it():
         ChaosConfig(min_crash_kills=3)
 
 
+def test_a_crash_point_may_carry_its_own_probability(redis_url):
+    """"on-poison:1" with the common dice at 0: every poison job is deadly."""
+    two = ChaosConfig(crash_points=("mid-call", "on-poison:1"), crash_p=0.02)
+    assert two.crash_names == ("mid-call", "on-poison") and two.crashing
+    assert not ChaosConfig(crash_points=("on-poison:0",), crash_p=0.5).crashing
+    cfg = ChaosConfig(docs=20, workers=2, kill_every=0, lease_s=0.3, iters=500,
+                      poison_every=10, crash_points=("on-poison:1",), crash_p=0.0,
+                      min_crash_kills=6, seed=5)
+    report = _run(cfg, redis_url)
+    assert report.verdict == "valid", report.text()
+    assert report.stats["faults"]["crash_kills"]["on-poison"] >= 6, report.stats
+    assert report.stats["dlq"] >= 2, report.stats
+    for bad, why in (("on-poison:2", "0 to 1"), ("on-poison:x", "not a probab"),
+                     ("nowhere", "unknown crash point")):
+        with pytest.raises(ValueError, match=why):
+            ChaosConfig(crash_points=(bad,))
+    with pytest.raises(SystemExit) as exit_:
+        chaos.parse(["4", "--crash-point", "on-poison:x"])
+    assert exit_.value.code == 2
+
+
 def test_cli_default_run_has_a_kill_quota_unless_chaos_is_off():
     from handson.chaos import LAB_KILLS
 

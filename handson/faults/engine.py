@@ -129,16 +129,16 @@ class ChaosConfig:
     min_zombies: int = 0             # quota: zombies that answered past a new claim
 
     def __post_init__(self):
-        from handson.worker import CRASH_POINTS
+        from handson.worker import crash_points
 
         self.crash_points = tuple(self.crash_points)
-        bad = [p for p in self.crash_points if p not in CRASH_POINTS]
-        if bad:
-            raise ValueError(f"unknown crash points {bad}; known: "
-                             f"{', '.join(CRASH_POINTS)}")
+        own_p = crash_points(self.crash_points)     # "on-poison:1": its own p
+        self.crash_names = tuple(own_p)
+        self.crashing = any(self.crash_p if p is None else p
+                            for p in own_p.values())
         if self.workers < 1 or self.docs < 0:
             raise ValueError("need at least one worker and a non-negative doc count")
-        if self.min_crash_kills and not (self.crash_points and self.crash_p):
+        if self.min_crash_kills and not self.crashing:
             raise ValueError("min_crash_kills needs crash points and a crash_p")
         if self.min_kills and not (self.kill_every or self.kill_every_claims):
             raise ValueError("min_kills needs kill_every or kill_every_claims")
@@ -154,7 +154,7 @@ class ChaosConfig:
         q = {"kills": self.min_kills, "pauses": self.min_pauses,
              "reaps": self.min_reaps, "deadly": self.deadly_jobs,
              "zombies": self.min_zombies}
-        q.update({f"crash:{p}": self.min_crash_kills for p in self.crash_points})
+        q.update({f"crash:{p}": self.min_crash_kills for p in self.crash_names})
         return {k: v for k, v in q.items() if v}
 
     @property
@@ -166,7 +166,7 @@ class ChaosConfig:
     def chaotic(self) -> bool:
         return bool(self.kill_every or self.pause_every or self.kill_every_claims
                     or self.pause_every_claims or self.quota or self.deadly_jobs
-                    or (self.crash_points and self.crash_p))
+                    or self.crashing)
 
 
 @dataclass
@@ -215,7 +215,7 @@ class Report:
             what.append(" and ".join(keyed) + " at the same claim counts")
         if timed:
             what.append(" and ".join(timed) + " at the same times")
-        if c.crash_points and c.crash_p:
+        if c.crashing:
             what.append("the same crash-point dice")
         if not what:
             return f"seed {c.seed}; replay with:"
@@ -362,7 +362,7 @@ class _Run:
                    ACK_DELAY=str(cfg.ack_delay), ITERS=str(cfg.iters))
         for k in ("CRASH_POINT", "CRASH_P", "CRASH_SEED"):
             env.pop(k, None)
-        if chaos and cfg.crash_points and cfg.crash_p:
+        if chaos and cfg.crashing:
             env.update(CRASH_POINT=",".join(cfg.crash_points), CRASH_P=str(cfg.crash_p),
                        CRASH_SEED=str(self.crash_rng.randrange(2**31)))
         cmd = [sys.executable, "-m", "handson.worker", "--queue", self.queue_spec,
@@ -603,7 +603,7 @@ class _Run:
         out = {"kills": len(self.kills) - len(self.chase_kills),
                "pauses": pauses, "reaps": self.tally.reaped,
                "deadly": self.deadly_done, "zombies": self.zombies_made}
-        out.update({f"crash:{p}": self.tally.crash[p] for p in self.cfg.crash_points})
+        out.update({f"crash:{p}": self.tally.crash[p] for p in self.cfg.crash_names})
         return out
 
     def short_of_quota(self) -> dict[str, tuple[int, int]]:
@@ -1182,7 +1182,7 @@ def _fault_stats(run_: _Run, elapsed: float, enqueued: int) -> dict:
     """The faults injected by kind, the quota, and the run's size (additive)."""
     got = run_.faults()
     faults = {"kills": got["kills"], "pauses": got["pauses"],
-              "crash_kills": {p: got[f"crash:{p}"] for p in run_.cfg.crash_points},
+              "crash_kills": {p: got[f"crash:{p}"] for p in run_.cfg.crash_names},
               "leases_reaped": got["reaps"]}
     if run_.cfg.deadly_jobs:
         faults.update(deadly_jobs=got["deadly"], deadly_kills=len(run_.chase_kills))

@@ -92,7 +92,8 @@ SUBMISSIONS = {
             "tonumber(ARGV[2])\n    then return 0 end\n"
             "    redis.call('ZREM', KEYS[1], ARGV[1])\n",
             "    redis.call('ZREM', KEYS[1], ARGV[1])\n")]},
-        loses={"zombie_ack_refused": "attempt"},
+        loses={"zombie_ack_refused": "attempt",
+               "chaos_no_stale_ack": "stale_ack_accepted"},
         keeps=["claim_atomic_concurrent", "reap_atomic_concurrent",
                "zombie_fail_refused", "killed_attempt_counts"]),
     "a2_claim_two_trips": dict(
@@ -110,7 +111,8 @@ def claim(r, lease_s):
     r.zadd(LEASES, {job_id: sec * 1000 + usec // 1000 + round(lease_s * 1000)})
     return job_id, json.loads(r.hget(JOB + job_id, "payload")), int(attempt)
 ''')]},
-        loses={"claim_atomic_concurrent": "ONE script"},
+        loses={"claim_atomic_concurrent": "ONE script",
+               "chaos_applied_once": "handed_out_twice"},
         keeps=["zombie_ack_refused", "reap_atomic_concurrent"]),
     "a2_reap_not_atomic": dict(
         assignment="claim_ack_reap",
@@ -133,7 +135,8 @@ def reap(r, max_attempts=3):
             requeued += 1
     return requeued, dead_n
 ''')]},
-        loses={"reap_atomic_concurrent": "ONE script"},
+        loses={"reap_atomic_concurrent": "ONE script",
+               "chaos_applied_once": "handed_out_twice"},
         keeps=["zombie_ack_refused", "claim_atomic_concurrent"]),
     "a2_poison_never_counts": dict(
         assignment="claim_ack_reap",
@@ -142,7 +145,8 @@ def reap(r, max_attempts=3):
             "tonumber(ARGV[1]) then",
             "    if lease == 0 and tonumber(redis.call('HGET', job, 'attempts')) >= "
             "tonumber(ARGV[1]) then")]},
-        loses={"killed_attempt_counts": "killed worker never"},
+        loses={"killed_attempt_counts": "killed worker never",
+               "chaos_dead_have_reasons": "over_delivered"},
         keeps=["zombie_ack_refused", "claim_atomic_concurrent", "bound_refuses"]),
     "a2_syntax_error": dict(
         assignment="claim_ack_reap",
