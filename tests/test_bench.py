@@ -95,3 +95,21 @@ def test_table_marks_goals_met_or_short():
     assert "MET   reference >= 10x RQ (1w, unpinned): 19.0x" in text
     assert "SHORT batched > 50,000 jobs/s per worker (1w, unpinned): 40,000" in text
     assert "celery             skipped: celery is not installed" in text
+
+
+def test_goals_show_each_rounds_ratio_and_their_spread():
+    """Repeated rounds: the ratio of each round alone, and how far they spread."""
+    results = [run.Result("ping", 1, 10, [20_000.0, 10_000.0, 20_000.0], [1.0] * 3),
+               run.Result("reference", 1, 10, [9_000.0, 5_000.0, 8_000.0],
+                          [30.0] * 3),
+               run.Result("rq", 1, 10, [900.0, 500.0, 1_000.0], [90.0] * 3)]
+    goals = {g["goal"].split(" (")[0]: g for g in run.goals(results)}
+    ping = goals["reference >= 90% of PING/2 per worker"]
+    assert ping["rounds"] == [0.9, 1.0, 0.8]
+    assert abs(ping["spread"] - 0.2 / 0.9) < 1e-9
+    assert goals["reference >= 10x RQ"]["rounds"] == [10.0, 10.0, 8.0]
+    report = {"results": [], "skipped": {}, "goals": run.goals(results)}
+    assert "(rounds 0.9, 1, 0.8: spread 22%)" in run.table(report)
+    one = run.goals([run.Result("ping", 1, 10, [2.0], [1.0]),
+                     run.Result("reference", 1, 10, [1.0], [1.0])])
+    assert "spread" not in one[0]
