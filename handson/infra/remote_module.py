@@ -34,7 +34,6 @@ import inspect
 import json
 import os
 import queue
-import select
 import subprocess
 import sys
 import threading
@@ -175,42 +174,56 @@ class _Host:
         self.pending: dict[int, queue.SimpleQueue] = {}   # id -> its messages
         self.ids = iter(range(1, 1 << 62))
         self.died: str | None = None
+        self.hello: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._reader, daemon=True).start()
         hello = self._hello()
         if "load_error" in hello:
             self.close()
             raise ModuleProblem(hello["load_error"])
-        self.functions: dict = hello.get("ready", {})
-        threading.Thread(target=self._reader, daemon=True).start()
+        self.functions: dict = hello.get("ready", {}) or {}
 
     def _hello(self) -> dict:
-        ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
-        line = self.proc.stdout.readline() if ready else ""
-        if not ready:
+        """The host's first word; what the learner's import wrote into the pipe
+        before it (anything but a hello) was skipped by the reader."""
+        try:
+            hello = self.hello.get(timeout=START_TIMEOUT_S)
+        except queue.Empty:
             self.close()
             raise ModuleProblem(f"importing {self.spec} did not finish in "
-                                f"{START_TIMEOUT_S:g} s (an endless loop at import?)")
-        try:
-            return json.loads(line)
-        except ValueError:
-            code = self.proc.wait()
+                                f"{START_TIMEOUT_S:g} s (an endless loop at "
+                                "import?)") from None
+        if hello is None:
             raise ModuleProblem(f"importing {self.spec} ended the process "
-                                f"(exit code {code})") from None
+                                f"(exit code {self.proc.wait()})")
+        return hello
 
     def _reader(self) -> None:
+        greeted = False
         for line in self.proc.stdout:
             try:
                 msg = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if not greeted:
+                if "ready" in msg or "load_error" in msg:
+                    self.hello.put(msg)
+                    greeted = True
+                continue
+            try:
                 inbox = (self.pending.get if "callback" in msg
                          else self.pending.pop)(msg["id"])
-            except (ValueError, KeyError, TypeError, AttributeError):
+            except (KeyError, TypeError):
                 inbox = None
-                msg = msg if isinstance(msg, dict) else {}
             if inbox is not None:
                 inbox.put(msg)
             elif isinstance(msg.get("callback"), dict):   # no call of ours waits
                 self._answer(msg["callback"].get("cb"),
                              error=("EOFError", "the call is over"))
         self.died = f"exited with code {self.proc.wait()}"
+        if not greeted:
+            self.hello.put(None)
         for inbox in list(self.pending.values()):
             inbox.put(None)
 
