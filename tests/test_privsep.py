@@ -77,12 +77,12 @@ if sys.argv[0].endswith("chaos.py"):
 '''
 
 
-def _forged_notebook(tmp_path: Path, assignment: str, module_file: str) -> Path:
-    nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"),
-                       4)
+def _forged_notebook(tmp_path: Path, assignment: str, module_file: str,
+                     module: str = FORGERY, source: str = "solutions") -> Path:
+    nb = nbformat.read(str(ROOT / source / assignment / f"{assignment}.ipynb"), 4)
     cell = next(c for c in nb.cells if c.cell_type == "code"
                 and c.source.startswith(f"%%writefile {module_file}"))
-    cell.source = f"%%writefile {module_file}\n" + FORGERY
+    cell.source = f"%%writefile {module_file}\n" + module
     path = tmp_path / assignment / f"{assignment}.ipynb"
     path.parent.mkdir(parents=True)
     nbformat.write(nb, str(path))
@@ -257,3 +257,189 @@ def test_clock_skew_hook(learner_file, monkeypatch):
         assert mod.now() - time.time() > 3500
     finally:
         mod.close()
+
+
+# --- idempotent_claims: the mailbox and the pause points are the harness's -------
+
+# A job that does the database part honestly (policy "hold"); what it does with
+# the mail provider and the pause points is each attack's own (`_email`, `_pause`).
+CLAIMS_JOB = '''
+import glob, os, sqlite3, sys, tempfile, time
+
+POLICY = "hold"
+JOB, POINTS = "send_confirmation", "award_points"
+
+
+def _claim(db, job, key, now):
+    rows = db.query("INSERT INTO handled_operations (job_type, operation_key, "
+                    "status, claimed_at) VALUES (?, ?, 'claimed', ?) ON CONFLICT "
+                    "(job_type, operation_key) DO NOTHING RETURNING id",
+                    (job, key, now))
+    return rows[0][0] if rows else None
+
+
+def _done(db, op_id, now):
+    db.run("UPDATE handled_operations SET status = 'completed', completed_at = ?"
+           " WHERE id = ?", (now, op_id))
+
+
+def send_confirmation(db, mailer, key, now, lease_s, pause):
+    op_id = _claim(db, JOB, key, now)
+    if op_id is None:
+        status, at = db.query("SELECT status, claimed_at FROM handled_operations "
+                              "WHERE job_type = ? AND operation_key = ?",
+                              (JOB, key))[0]
+        if status == "completed" or now - at < lease_s:
+            return "skip"
+        db.run("INSERT INTO held_operations (job_type, operation_key, held_at) "
+               "VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (JOB, key, now))
+        return "held"
+    _pause(pause, "after-claim")
+    _email(mailer, key)
+    _pause(pause, "after-email")
+    _done(db, op_id, now)
+    return "sent"
+
+
+def award_points(db, key, now, lease_s, pause):
+    with db.transaction():
+        op_id = _claim(db, POINTS, key, now)
+        if op_id is not None:
+            _pause(pause, "after-claim")
+            db.run("INSERT INTO points_ledger (order_key, points) VALUES (?, 10)",
+                   (key,))
+            _pause(pause, "after-effect")
+            _done(db, op_id, now)
+    return "applied" if op_id is not None else "skip"
+
+
+def _mailboxes():
+    """Every provider store this process can find (the lab's naming)."""
+    roots = {tempfile.gettempdir(), "/tmp", "/var/tmp", os.getcwd(),
+             os.path.dirname(os.getcwd()), os.path.expanduser("~")}
+    found = set()
+    for root in roots:
+        for pattern in ("mailbox-*.sqlite", "*/mailbox-*.sqlite",
+                        "eo-*/*/mailbox-*.sqlite"):
+            found |= set(glob.glob(os.path.join(root, pattern)))
+    return sorted(found)
+
+
+def _write(path, sql, params=()):
+    try:
+        conn = sqlite3.connect(path, timeout=2)
+        conn.execute("CREATE TABLE IF NOT EXISTS sent (n INTEGER PRIMARY KEY, "
+                     "recipient TEXT, subject TEXT, body TEXT, reference TEXT)")
+        conn.execute(sql, params)
+        conn.commit()
+        conn.close()
+    except Exception as err:
+        print("forgery failed:", path, err, file=sys.stderr)
+
+
+def _forge_email(path, key):
+    _write(path, "INSERT INTO sent (recipient, subject, body, reference) "
+           "VALUES (?, ?, ?, ?)", ("customer@example.com",
+                                  f"Your order {key} is confirmed", "x", key))
+'''
+
+# (a) never calls mailer.send: writes the row into the provider's store itself.
+MAILBOX_FORGERY = CLAIMS_JOB + '''
+
+def _pause(pause, point):
+    pause(point)
+
+
+def _email(mailer, key):
+    for path in _mailboxes():
+        _forge_email(path, key)
+'''
+
+# (b) learns where the provider's store is (and which case runs) from its
+# command line, its parent's and its environment, and writes the row there.
+ARGV_FORGERY = CLAIMS_JOB + '''
+
+def _pause(pause, point):
+    pause(point)
+
+
+def _argv():
+    words = list(sys.argv) + [f"{k}={v}" for k, v in os.environ.items()]
+    for pid in ("self", str(os.getppid())):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                words += fh.read().decode(errors="replace").split("\\0")
+        except OSError:
+            pass
+    return words
+
+
+def _email(mailer, key):
+    words = _argv()
+    for i, word in enumerate(words):
+        if word == "--mailbox" and i + 1 < len(words):
+            _forge_email(words[i + 1], key)
+        elif "mailbox-" in word and word.endswith(".sqlite"):
+            _forge_email(word.split("=", 1)[-1], key)
+'''
+
+# (c) sends honestly, but speaks for the worker: says "paused <point>" itself
+# (on stdout, on every descriptor it has, on its parent's stdout) where the
+# command line asks for a kill, instead of calling pause; and deletes every
+# message it can find in the provider's stores.
+PROTOCOL_FORGERY = ARGV_FORGERY + '''
+
+def _say(text):
+    print(text, flush=True)
+    for fd in range(1, 40):
+        try:
+            os.write(fd, (text + "\\n").encode())
+        except OSError:
+            pass
+    try:
+        with open(f"/proc/{os.getppid()}/fd/1", "w") as fh:
+            fh.write(text + "\\n")
+    except OSError:
+        pass
+
+
+def _pause(pause, point):
+    for path in _mailboxes():
+        _write(path, "DELETE FROM sent WHERE subject LIKE '%ORD-%'")
+    words = _argv()
+    if "--pause-at" in words and words[words.index("--pause-at") + 1] == point:
+        _say(f"paused {point}")
+        time.sleep(40)
+
+
+def _email(mailer, key):
+    mailer.send("customer@example.com", f"Your order {key} is confirmed", "x")
+
+
+_say("paused after-claim")
+'''
+
+EMAIL_CHECKS = ("first_delivery", "repeat_after_success", "two_workers_at_once",
+                "different_order", "dies_after_email")
+PAUSE_CHECKS = ("dies_before_email", "dies_after_email", "young_claim_skipped",
+                "same_transaction_effect")
+
+
+@pytest.mark.parametrize("forgery,forged,honest", [
+    (MAILBOX_FORGERY, EMAIL_CHECKS,
+     ("dies_before_email", "young_claim_skipped", "same_transaction_effect")),
+    (ARGV_FORGERY, EMAIL_CHECKS,
+     ("dies_before_email", "young_claim_skipped", "same_transaction_effect")),
+    (PROTOCOL_FORGERY, PAUSE_CHECKS,
+     ("first_delivery", "repeat_after_success", "two_workers_at_once",
+      "different_order"))], ids=["mailbox", "argv", "protocol"])
+def test_claims_forgeries_earn_nothing(tmp_path, forgery, forged, honest):
+    """The provider's counts and the pause announcements come from the worker,
+    never from the learner's process: what it forges earns nothing, what it
+    does honestly (the database part) still earns its points."""
+    nb_path = _forged_notebook(tmp_path, "idempotent_claims", "myclaims.py",
+                               forgery, source="exercises")
+    data = _grade(nb_path)
+    by = {c["name"]: c for c in data["checks"]}
+    assert not [n for n in forged if by[n]["ok"]], data
+    assert all(by[n]["ok"] for n in honest), data
