@@ -23,7 +23,7 @@ learner's kernel may read (`sandbox.kernel_read_paths`): the notebook gives
 `send_email` from `handson.confirmation_job`, and the database stand-in is the
 course's `handson.effects.sqldb`.
 
-The grader reads the module's POLICY in a separate sandboxed probe; it never
+The grader reads the module's POLICY in a separate confined probe; it never
 imports the learner's code itself. The numbers a policy must produce in cases
 5 and 6 are the lab's (`handson.replay_matrix.POLICY_EMAILS`), which the test
 suite pins to the specification.
@@ -95,7 +95,12 @@ def _last_json(text: str) -> dict | None:
 
 
 def probe(path: str) -> dict:
-    fin = sandbox.run([sys.executable, "-c", PROBE, path], timeout=30)
+    """The module's POLICY, read in a confined process of its own (all the
+    learner's code can change there is what it says its own POLICY is)."""
+    fin = sandbox.run([sys.executable, "-c", PROBE, path], timeout=30,
+                      cwd=str(Path(path).parent), confined=True,
+                      read_paths=(str(Path(path).resolve()),
+                                  *sandbox.kernel_read_paths()))
     return _last_json(fin.stdout) or {
         "ok": False, "error": f"loading {path} did not finish: {fin.tail(300)}"}
 
