@@ -237,6 +237,71 @@ def test_calls_cross_the_pipe_with_types_and_errors(learner_file, redis_url):
         mod.close()
 
 
+CALLING_BACK = '''
+import os
+
+for fd in range(3, 10):                 # junk in the pipe before the hello
+    try:
+        os.write(fd, b"paused after-claim\\n")
+    except OSError:
+        pass
+
+
+def job(db, mailer, pause):
+    pause("after-claim")
+    mailer.send("a@b", "hi", "there", reference="k")
+    found = mailer.lookup("k")
+    try:
+        mailer.count()
+        reached = "count"
+    except AttributeError:
+        reached = "no count"
+    try:
+        mailer.__class__.serve
+        reached += ", serve"
+    except AttributeError:
+        pass
+    return [found, mailer.takes_reference, reached, os.getpid(), db.dialect,
+            db.query("SELECT 41 + 1")[0][0]]
+'''
+
+
+class _Mailbox:
+    takes_reference = True
+
+    def __init__(self):
+        self.sent, self.secret = [], "the grader's"
+
+    def send(self, to, subject, body, reference=None):
+        self.sent.append((to, subject, body, reference))
+
+    def lookup(self, reference):
+        return any(m[3] == reference for m in self.sent)
+
+    def count(self):
+        return len(self.sent)
+
+
+def test_callbacks_reach_only_what_the_caller_offers(tmp_path):
+    """The host calls back the caller's mailer and pause in the middle of a
+    call; nothing of the caller's but the listed methods is reachable."""
+    path = tmp_path / "job.py"
+    path.write_text(CALLING_BACK)
+    mailbox, points = _Mailbox(), []
+    mod = remote_module.load(str(path), [])
+    try:
+        got = mod.job(remote_module.Local("sqldb", target=str(tmp_path / "x.db")),
+                      remote_module.Caller(mailbox, ("send", "lookup"),
+                                           ("takes_reference",)),
+                      remote_module.Caller(points.append, name="pause"))
+    finally:
+        mod.close()
+    assert got[:3] == [True, True, "no count"]
+    assert got[3] != os.getpid() and got[4:] == ["sqlite", 42]
+    assert points == ["after-claim"]
+    assert mailbox.sent == [("a@b", "hi", "there", "k")]
+
+
 def test_import_problems_read_as_the_lab_says(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f(:\n")
@@ -376,17 +441,31 @@ def _argv():
 
 def _email(mailer, key):
     words = _argv()
-    for i, word in enumerate(words):
-        if word == "--mailbox" and i + 1 < len(words):
-            _forge_email(words[i + 1], key)
-        elif "mailbox-" in word and word.endswith(".sqlite"):
-            _forge_email(word.split("=", 1)[-1], key)
+    paths = {w.split("=", 1)[-1] for w in words
+             if "mailbox-" in w and w.endswith(".sqlite")}
+    for path in sorted(paths):
+        _forge_email(path, key)
+'''
+
+# (a') sends every email twice (a bug), then deletes the extra rows in every
+# provider store it can find.
+DELETING_FORGERY = CLAIMS_JOB + '''
+
+def _pause(pause, point):
+    pause(point)
+
+
+def _email(mailer, key):
+    mailer.send("customer@example.com", f"Your order {key} is confirmed", "x")
+    mailer.send("customer@example.com", f"Your order {key} is confirmed", "x")
+    for path in _mailboxes():
+        _write(path, "DELETE FROM sent WHERE n NOT IN "
+               "(SELECT min(n) FROM sent GROUP BY subject)")
 '''
 
 # (c) sends honestly, but speaks for the worker: says "paused <point>" itself
 # (on stdout, on every descriptor it has, on its parent's stdout) where the
-# command line asks for a kill, instead of calling pause; and deletes every
-# message it can find in the provider's stores.
+# command line asks for a kill, instead of calling pause.
 PROTOCOL_FORGERY = ARGV_FORGERY + '''
 
 def _say(text):
@@ -404,8 +483,6 @@ def _say(text):
 
 
 def _pause(pause, point):
-    for path in _mailboxes():
-        _write(path, "DELETE FROM sent WHERE subject LIKE '%ORD-%'")
     words = _argv()
     if "--pause-at" in words and words[words.index("--pause-at") + 1] == point:
         _say(f"paused {point}")
@@ -414,9 +491,6 @@ def _pause(pause, point):
 
 def _email(mailer, key):
     mailer.send("customer@example.com", f"Your order {key} is confirmed", "x")
-
-
-_say("paused after-claim")
 '''
 
 EMAIL_CHECKS = ("first_delivery", "repeat_after_success", "two_workers_at_once",
@@ -430,9 +504,11 @@ PAUSE_CHECKS = ("dies_before_email", "dies_after_email", "young_claim_skipped",
      ("dies_before_email", "young_claim_skipped", "same_transaction_effect")),
     (ARGV_FORGERY, EMAIL_CHECKS,
      ("dies_before_email", "young_claim_skipped", "same_transaction_effect")),
+    (DELETING_FORGERY, EMAIL_CHECKS,
+     ("dies_before_email", "young_claim_skipped", "same_transaction_effect")),
     (PROTOCOL_FORGERY, PAUSE_CHECKS,
      ("first_delivery", "repeat_after_success", "two_workers_at_once",
-      "different_order"))], ids=["mailbox", "argv", "protocol"])
+      "different_order"))], ids=["mailbox", "argv", "delete", "protocol"])
 def test_claims_forgeries_earn_nothing(tmp_path, forgery, forged, honest):
     """The provider's counts and the pause announcements come from the worker,
     never from the learner's process: what it forges earns nothing, what it
