@@ -329,7 +329,7 @@ def test_clock_skew_hook(learner_file, monkeypatch):
 # A job that does the database part honestly (policy "hold"); what it does with
 # the mail provider and the pause points is each attack's own (`_email`, `_pause`).
 CLAIMS_JOB = '''
-import glob, os, sqlite3, sys, tempfile, time
+import glob, os, sqlite3, stat, sys, tempfile, time
 
 POLICY = "hold"
 JOB, POINTS = "send_confirmation", "award_points"
@@ -470,16 +470,16 @@ PROTOCOL_FORGERY = ARGV_FORGERY + '''
 
 def _say(text):
     print(text, flush=True)
-    for fd in range(1, 40):
+    for fd in [*range(1, 40), f"/proc/{os.getppid()}/fd/1"]:   # every pipe
         try:
-            os.write(fd, (text + "\\n").encode())
+            if stat.S_ISFIFO(os.stat(fd).st_mode):
+                if isinstance(fd, int):
+                    os.write(fd, (text + "\\n").encode())
+                else:
+                    with open(fd, "a") as fh:
+                        fh.write(text + "\\n")
         except OSError:
             pass
-    try:
-        with open(f"/proc/{os.getppid()}/fd/1", "w") as fh:
-            fh.write(text + "\\n")
-    except OSError:
-        pass
 
 
 def _pause(pause, point):
