@@ -94,31 +94,34 @@ def _last_json(text: str) -> dict | None:
     return None
 
 
-def probe(path: str) -> dict:
+def probe(path: str, reads: tuple[str, ...] = ()) -> dict:
     """The module's POLICY, read in a confined process of its own (all the
-    learner's code can change there is what it says its own POLICY is)."""
+    learner's code can change there is what it says its own POLICY is).
+    `reads`: the course files it may read (`sandbox.kernel_read_paths()`)."""
+    reads = reads or sandbox.kernel_read_paths()
     fin = sandbox.run([sys.executable, "-c", PROBE, path], timeout=30,
                       cwd=str(Path(path).parent), confined=True,
-                      read_paths=(str(Path(path).resolve()),
-                                  *sandbox.kernel_read_paths()))
+                      read_paths=(str(Path(path).resolve()), *reads))
     return _last_json(fin.stdout) or {
         "ok": False, "error": f"loading {path} did not finish: {fin.tail(300)}"}
 
 
-def host_imports() -> tuple[str, ...]:
+def host_imports(reads: tuple[str, ...] = ()) -> tuple[str, ...]:
     """Course files the learner's host may read: those its kernel may read."""
     root = Path(sandbox.__file__).resolve().parent.parent
-    return tuple(str(Path(f).relative_to(root)) for f in sandbox.kernel_read_paths())
+    return tuple(str(Path(f).relative_to(root))
+                 for f in reads or sandbox.kernel_read_paths())
 
 
-def observe(path: str, policy: str, timeout: float = RUN_TIMEOUT_S) -> dict:
+def observe(path: str, policy: str, timeout: float = RUN_TIMEOUT_S,
+            reads: tuple[str, ...] = ()) -> dict:
     """Every case of the matrix on the learner's module, as the lab reports it.
 
     The database sits in the learner's work dir (its host writes it); the
     mailboxes in the harness's own temporary folder, which no host can see.
     """
     workdir = Path(path).parent
-    env = queue_runs.learner_env(path, None, host_imports())
+    env = queue_runs.learner_env(path, None, host_imports(reads))
     with tempfile.TemporaryDirectory(prefix="eo-claims-") as tmp, \
             tempfile.TemporaryDirectory(prefix="eo-claims-db-", dir=workdir) as db:
         try:
@@ -236,7 +239,8 @@ def evaluate_file(path: str, redis_url: str | None = None, quick: bool = False,
     if not Path(path).exists():
         return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
                                           f"`%%writefile {shown_path}` cell"))
-    found = probe(path)
+    reads = sandbox.kernel_read_paths()
+    found = probe(path, reads)
     if not found.get("ok"):
         why = found.get("error", "").replace(path, shown_path)
         if "NotImplementedError" in why:
@@ -248,7 +252,7 @@ def evaluate_file(path: str, redis_url: str | None = None, quick: bool = False,
         why = (f"POLICY is {policy!r}; write down one of "
                f"{', '.join(POLICY_EMAILS)}")
         return Evaluation(not_run(CHECKS, why), [why])
-    obs = observe(str(Path(path).resolve()), policy)
+    obs = observe(str(Path(path).resolve()), policy, reads=reads)
     problems = [obs["error"]] if "error" in obs else []
     return Evaluation(judge(obs, policy), problems)
 
