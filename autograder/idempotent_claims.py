@@ -106,13 +106,6 @@ def probe(path: str, reads: tuple[str, ...] = ()) -> dict:
         "ok": False, "error": f"loading {path} did not finish: {fin.tail(300)}"}
 
 
-def host_imports(reads: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Course files the learner's host may read: those its kernel may read."""
-    root = Path(sandbox.__file__).resolve().parent.parent
-    return tuple(str(Path(f).relative_to(root))
-                 for f in reads or sandbox.kernel_read_paths())
-
-
 def observe(path: str, policy: str, timeout: float = RUN_TIMEOUT_S,
             reads: tuple[str, ...] = ()) -> dict:
     """Every case of the matrix on the learner's module, as the lab reports it.
@@ -121,7 +114,8 @@ def observe(path: str, policy: str, timeout: float = RUN_TIMEOUT_S,
     mailboxes in the harness's own temporary folder, which no host can see.
     """
     workdir = Path(path).parent
-    env = queue_runs.learner_env(path, None, host_imports(reads))
+    env = queue_runs.learner_env(path, None,
+                                 queue_runs.kernel_imports(reads))
     with tempfile.TemporaryDirectory(prefix="eo-claims-") as tmp, \
             tempfile.TemporaryDirectory(prefix="eo-claims-db-", dir=workdir) as db:
         try:

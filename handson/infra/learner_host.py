@@ -28,9 +28,12 @@ reach (the mail provider's store, announcing a pause point) is performed by the
 caller, on its own objects, in the middle of the learner's call.
 
 Stdlib and redis only: the sandbox may hide the rest of the course's files. The
-one exception is a "sqldb" stand-in (the effects database, opened here on the
-same target with `handson.effects.sqldb`): a caller that passes one must let
-the host read that module and what it imports.
+exceptions are stand-ins that are the course's own code: "sqldb" (the effects
+database, opened here on the same target with `handson.effects.sqldb`) and
+"course_module" (a module of the course the caller names, e.g. the reference
+queue `handson.q` handed to a learner's relay): a caller that passes one must
+let the host read that module and what it imports. "redis" is a client of
+the caller's Redis URL, for a client that is not the first argument.
 EO_CLOCK_SKEW_S shifts time.time() and time.time_ns() in this process, to
 check that a module takes its deadlines from the server's clock.
 """
@@ -218,10 +221,33 @@ def _caller_proxy(spec: dict):
     return proxy
 
 
+_DATABASES: dict = {}
+
+
 def _database(target: str):
-    """The effects database on the caller's target, opened here."""
+    """The effects database on the caller's target, opened here (once per
+    thread: a lane's calls share one connection, as in-process calls would)."""
     from handson.effects.sqldb import Database
-    return Database(target)
+
+    key = (target, threading.get_ident())
+    if key not in _DATABASES:
+        _DATABASES[key] = Database(target)
+    return _DATABASES[key]
+
+
+_CLIENTS: dict = {}
+
+
+def _redis(url: str, decode: bool = False):
+    """A client of the caller's Redis (the sandbox lets only that one through)."""
+    import redis
+
+    key = (url, bool(decode))
+    if key not in _CLIENTS:
+        _CLIENTS[key] = redis.Redis.from_url(url, decode_responses=bool(decode),
+                                             socket_timeout=30,
+                                             socket_connect_timeout=5)
+    return _CLIENTS[key]
 
 
 def decode(value, module=None, notes: list | None = None):
@@ -242,6 +268,10 @@ def decode(value, module=None, notes: list | None = None):
                 return _caller_proxy(spec)
             if kind == "sqldb":
                 return _database(spec["target"])
+            if kind == "redis":
+                return _redis(spec["url"], spec.get("decode", False))
+            if kind == "course_module":     # named by the caller, never the learner
+                return importlib.import_module(spec["name"])
             note: dict = {"kind": kind}
             notes.append(note)
             return _STANDINS[kind](note, **spec)
