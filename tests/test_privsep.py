@@ -326,10 +326,39 @@ def test_clock_skew_hook(learner_file, monkeypatch):
 
 # --- idempotent_claims: the mailbox and the pause points are the harness's -------
 
+# What a forger uses to learn its case and to speak for the worker: its own
+# command line, its parent's, its environment; every pipe it can reach.
+SPY = '''
+import os, stat, sys, time
+def _argv():
+    words = list(sys.argv) + [f"{k}={v}" for k, v in os.environ.items()]
+    for pid in ("self", str(os.getppid())):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                words += fh.read().decode(errors="replace").split("\\0")
+        except OSError:
+            pass
+    return words
+
+
+def _say(text):
+    print(text, flush=True)
+    for fd in [*range(1, 40), f"/proc/{os.getppid()}/fd/1"]:   # every pipe
+        try:
+            if stat.S_ISFIFO(os.stat(fd).st_mode):
+                if isinstance(fd, int):
+                    os.write(fd, (text + "\\n").encode())
+                else:
+                    with open(fd, "a") as fh:
+                        fh.write(text + "\\n")
+        except OSError:
+            pass
+'''
+
 # A job that does the database part honestly (policy "hold"); what it does with
 # the mail provider and the pause points is each attack's own (`_email`, `_pause`).
-CLAIMS_JOB = '''
-import glob, os, sqlite3, stat, sys, tempfile, time
+CLAIMS_JOB = SPY + '''
+import glob, sqlite3, tempfile
 
 POLICY = "hold"
 JOB, POINTS = "send_confirmation", "award_points"
@@ -428,16 +457,6 @@ def _pause(pause, point):
     pause(point)
 
 
-def _argv():
-    words = list(sys.argv) + [f"{k}={v}" for k, v in os.environ.items()]
-    for pid in ("self", str(os.getppid())):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                words += fh.read().decode(errors="replace").split("\\0")
-        except OSError:
-            pass
-    return words
-
 
 def _email(mailer, key):
     words = _argv()
@@ -467,19 +486,6 @@ def _email(mailer, key):
 # (on stdout, on every descriptor it has, on its parent's stdout) where the
 # command line asks for a kill, instead of calling pause.
 PROTOCOL_FORGERY = ARGV_FORGERY + '''
-
-def _say(text):
-    print(text, flush=True)
-    for fd in [*range(1, 40), f"/proc/{os.getppid()}/fd/1"]:   # every pipe
-        try:
-            if stat.S_ISFIFO(os.stat(fd).st_mode):
-                if isinstance(fd, int):
-                    os.write(fd, (text + "\\n").encode())
-                else:
-                    with open(fd, "a") as fh:
-                        fh.write(text + "\\n")
-        except OSError:
-            pass
 
 
 def _pause(pause, point):
@@ -519,3 +525,57 @@ def test_claims_forgeries_earn_nothing(tmp_path, forgery, forged, honest):
     by = {c["name"]: c for c in data["checks"]}
     assert not [n for n in forged if by[n]["ok"]], data
     assert all(by[n]["ok"] for n in honest), data
+
+
+# --- outbox_relay: the kill points are announced by the worker ------------------
+
+# A save in two transactions and a relay that marks before it publishes, both
+# wrong; where the command line says the kill comes, it first says "paused
+# between n" itself and waits to be killed before doing anything, so a harness
+# that believed it would see nothing half done.
+OUTBOX_FORGERY = SPY + '''
+
+def _forge(n):
+    words = _argv()
+    if "--pause-n" in words and words[words.index("--pause-n") + 1] == str(n):
+        _say(f"paused between {n}")
+        time.sleep(40)
+
+
+def save_document(db, doc_id, body, pause):
+    _forge(doc_id)
+    db.run("INSERT INTO documents (id, body) VALUES (?, ?)", (doc_id, body))
+    pause("between", doc_id)
+    db.run("INSERT INTO outbox (doc_id) VALUES (?)", (doc_id,))
+
+
+def relay_once(db, r, queue, pause, batch=100):
+    rows = db.query("SELECT id, doc_id FROM outbox WHERE sent = 0 ORDER BY id"
+                    " LIMIT ?", (batch,))
+    for outbox_id, doc_id in rows:
+        _forge(outbox_id)
+        db.run("UPDATE outbox SET sent = 1 WHERE id = ?", (outbox_id,))
+        pause("between", outbox_id)
+        queue.enqueue(r, {"doc_id": doc_id, "outbox_id": outbox_id})
+    return len(rows)
+
+
+def summarize(db, doc_id):
+    with db.transaction():
+        if not db.query("INSERT INTO summarized (doc_id) VALUES (?)"
+                        " ON CONFLICT (doc_id) DO NOTHING RETURNING doc_id",
+                        (doc_id,)):
+            return False
+        db.run("INSERT INTO summaries (doc_id) VALUES (?)", (doc_id,))
+    return True
+'''
+
+
+def test_outbox_forged_kill_points_earn_nothing(tmp_path):
+    """Its wrong save and relay lose their checks; its honest consumer and
+    flag-based relay keep theirs."""
+    data = _grade(_forged_notebook(tmp_path, "outbox_relay", "myoutbox.py",
+                                   OUTBOX_FORGERY, source="exercises"))
+    by = {c["name"]: c for c in data["checks"]}
+    assert not by["save_atomic"]["ok"] and not by["relay_nothing_lost"]["ok"], data
+    assert by["effects_once"]["ok"] and by["no_skip_out_of_order"]["ok"], data
