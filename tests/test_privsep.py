@@ -200,6 +200,9 @@ def echo(r, *args, **kwargs):
 def full(r):
     raise QueueFull("no room")
 
+def ping(r):
+    return r.ping()
+
 def bye(r):
     os._exit(7)
 
@@ -300,6 +303,21 @@ def test_callbacks_reach_only_what_the_caller_offers(tmp_path):
     assert got[3] != os.getpid() and got[4:] == ["sqlite", 42]
     assert points == ["after-claim"]
     assert mailbox.sent == [("a@b", "hi", "there", "k")]
+
+
+def test_armed_call_dies_after_a_redis_reply(learner_file, redis_url):
+    """The mid-call crash point, installed on the first call that asks for it."""
+    from handson.redis_server import connect
+
+    mod = remote_module.load(learner_file, [])
+    try:
+        r = connect(redis_url)
+        assert mod.ping(r) is True
+        mod.arm_crash(1)
+        with pytest.raises(remote_module.LearnerProcessDied):
+            mod.ping(r)
+    finally:
+        mod.close()
 
 
 def test_import_problems_read_as_the_lab_says(tmp_path):

@@ -372,14 +372,29 @@ def _functions(module) -> dict:
 _ARMED = threading.local()
 
 
+_PATCHED: list = []
+_PATCH_LOCK = threading.Lock()
+
+
 def _crash_after_replies() -> None:
     """The chaos run's mid-call crash point, here where the Redis calls are.
+
+    Installed on the first request that asks for it (patching the class
+    reaches every connection, made before or after), so a host that never
+    talks to Redis never pays for importing it.
 
     A request may carry `crash_after_reply: k`: the host SIGKILLs itself right
     after the k-th Redis reply of that call (the harness, seeing its host die
     in a call it armed, logs the crash and dies too). A host that ignores it
     only makes its chaos run fall short of its fault quota: unknown, no pass.
     """
+    with _PATCH_LOCK:
+        if not _PATCHED:
+            _patch_read_response()
+            _PATCHED.append(True)
+
+
+def _patch_read_response() -> None:
     from redis.connection import AbstractConnection
 
     original = AbstractConnection.read_response
@@ -400,8 +415,6 @@ def serve(module, inbox, outbox) -> None:
     """One thread per caller-side client, so calls on several clients overlap."""
     import queue
 
-    import redis
-
     clients: dict = {}
     lanes: dict = {}
     write = threading.Lock()
@@ -414,12 +427,16 @@ def serve(module, inbox, outbox) -> None:
     def run(req) -> None:
         notes: list = []
         _REQUEST.id = req["id"]
+        if req.get("crash_after_reply"):
+            _crash_after_replies()
         _ARMED.after = req.get("crash_after_reply")
         try:
             args = decode(req.get("args", []), module, notes)
             kwargs = decode(req.get("kwargs", {}), module, notes)
             conn = req.get("redis")
             if conn:
+                import redis
+
                 key = (req.get("lane"), conn["url"], bool(conn.get("decode")))
                 if key not in clients:
                     clients[key] = redis.Redis.from_url(
@@ -477,7 +494,6 @@ def main() -> int:
         outbox.write(json.dumps({"load_error": str(err)}) + "\n")
         outbox.flush()
         return 0
-    _crash_after_replies()
     outbox.write(json.dumps({"ready": _functions(module)}) + "\n")
     outbox.flush()
     serve(module, inbox, outbox)
