@@ -7,10 +7,23 @@ The notebook's `%%writefile myclaims.py` cell writes a module with
     award_points(db, key, now, lease_s, pause) -> str
 
 It is graded by behaviour: `python -m handson.replay_matrix --job myclaims.py
---json` (in the sandbox) runs the replay matrix's seven cases with real worker
-processes on the learner's code, kills them with SIGKILL at the named points,
-and reports what the mail provider counted and what the tables hold. The
-grader reads the module's POLICY in a separate sandboxed probe; it never
+--json` runs the replay matrix's seven cases with real worker processes on the
+learner's code, kills them with SIGKILL at the named points, and reports what
+the mail provider counted and what the tables hold.
+
+The matrix and its workers are a trusted harness (`queue_runs.learner_env`):
+they never import the learner's module. Each worker calls it in a host
+process of its own, confined to the run's work dir (`handson.infra.remote_module`);
+the host opens the effects database there itself, while the mail provider's
+store lives in the harness's own folder, out of the host's sight, and every
+`mailer.send`, `mailer.lookup` and `pause(point)` is performed by the worker
+when the host calls back. So the counts and the pause announcements come
+from processes that run no learner code. The host may read what the
+learner's kernel may read (`sandbox.kernel_read_paths`): the notebook gives
+`send_email` from `handson.confirmation_job`, and the database stand-in is the
+course's `handson.effects.sqldb`.
+
+The grader reads the module's POLICY in a separate confined probe; it never
 imports the learner's code itself. The numbers a policy must produce in cases
 5 and 6 are the lab's (`handson.replay_matrix.POLICY_EMAILS`), which the test
 suite pins to the specification.
@@ -24,7 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autograder import sandbox
+from autograder import queue_runs, sandbox
 from autograder.checks import (
     Check,
     Evaluation,
@@ -81,19 +94,37 @@ def _last_json(text: str) -> dict | None:
     return None
 
 
-def probe(path: str) -> dict:
-    fin = sandbox.run([sys.executable, "-c", PROBE, path], timeout=30)
+def probe(path: str, reads: tuple[str, ...] = ()) -> dict:
+    """The module's POLICY, read in a confined process of its own (all the
+    learner's code can change there is what it says its own POLICY is).
+    `reads`: the course files it may read (`sandbox.kernel_read_paths()`)."""
+    reads = reads or sandbox.kernel_read_paths()
+    fin = sandbox.run([sys.executable, "-c", PROBE, path], timeout=30,
+                      cwd=str(Path(path).parent), confined=True,
+                      read_paths=(str(Path(path).resolve()), *reads))
     return _last_json(fin.stdout) or {
         "ok": False, "error": f"loading {path} did not finish: {fin.tail(300)}"}
 
 
-def observe(path: str, policy: str, timeout: float = RUN_TIMEOUT_S) -> dict:
-    """Every case of the matrix on the learner's module, as the lab reports it."""
-    with tempfile.TemporaryDirectory(prefix="eo-claims-") as tmp:
-        fin = sandbox.run([sys.executable, "-m", "handson.replay_matrix", "--job",
-                           path, "--policy", policy, "--json",
-                           "--db", str(Path(tmp) / "jobs.sqlite")],
-                          timeout=timeout, cwd=tmp)
+def observe(path: str, policy: str, timeout: float = RUN_TIMEOUT_S,
+            reads: tuple[str, ...] = ()) -> dict:
+    """Every case of the matrix on the learner's module, as the lab reports it.
+
+    The database sits in the learner's work dir (its host writes it); the
+    mailboxes in the harness's own temporary folder, which no host can see.
+    """
+    workdir = Path(path).parent
+    env = queue_runs.learner_env(path, None,
+                                 queue_runs.kernel_imports(reads))
+    with tempfile.TemporaryDirectory(prefix="eo-claims-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="eo-claims-db-", dir=workdir) as db:
+        try:
+            fin = sandbox.run([sys.executable, "-m", "handson.replay_matrix",
+                               "--job", path, "--policy", policy, "--json",
+                               "--db", str(Path(db) / "jobs.sqlite")],
+                              timeout=timeout, cwd=tmp, env=env)
+        finally:
+            sandbox.cleanup(workdir)
     data = _last_json(fin.stdout)
     if data is None:
         why = (f"did not finish within {timeout:g} s" if fin.timed_out else
@@ -202,7 +233,8 @@ def evaluate_file(path: str, redis_url: str | None = None, quick: bool = False,
     if not Path(path).exists():
         return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
                                           f"`%%writefile {shown_path}` cell"))
-    found = probe(path)
+    reads = sandbox.kernel_read_paths()
+    found = probe(path, reads)
     if not found.get("ok"):
         why = found.get("error", "").replace(path, shown_path)
         if "NotImplementedError" in why:
@@ -214,7 +246,7 @@ def evaluate_file(path: str, redis_url: str | None = None, quick: bool = False,
         why = (f"POLICY is {policy!r}; write down one of "
                f"{', '.join(POLICY_EMAILS)}")
         return Evaluation(not_run(CHECKS, why), [why])
-    obs = observe(str(Path(path).resolve()), policy)
+    obs = observe(str(Path(path).resolve()), policy, reads=reads)
     problems = [obs["error"]] if "error" in obs else []
     return Evaluation(judge(obs, policy), problems)
 

@@ -11,19 +11,27 @@ on the tables `handson.outbox.setup` makes. It is graded by behaviour:
 on the grader's own Redis) kills the save handler between its two inserts and
 the relay between publishing a row and recording it, each with SIGKILL at the
 named point `pause("between", n)`, delivers every job twice to the consumer,
-and commits outbox rows out of id order while the relay polls. Every piece of
-the learner's code runs in its own worker process; the grader imports none of it.
+and commits outbox rows out of id order while the relay polls.
+
+The experiments and their workers are a trusted harness
+(`queue_runs.learner_env`): the grader imports none of the learner's code, and
+neither do they. Each worker calls the module in a host process of its own,
+confined to the run's work dir (`handson.infra.remote_module`): the host opens
+the database (in the work dir) and the run's Redis itself and imports the
+course's queue by name; `pause` is called back, so the announcement a worker
+is killed on comes from the worker. The judge reads the database and Redis,
+as the issue accepts. The host may read what the learner's kernel may read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
+import tempfile
 from pathlib import Path
 
-from autograder import sandbox
+from autograder import queue_runs, sandbox
 from autograder.checks import (
     Check,
     Evaluation,
@@ -59,10 +67,17 @@ PAUSE_HINT = ("call pause('between', n) at the named point (save_document: after
 
 def observe(path: str, redis_url: str, timeout: float = RUN_TIMEOUT_S) -> dict:
     """The lab's outbox experiments on the learner's module, as plain data."""
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env["REDIS_URL"] = redis_url
-    fin = sandbox.run([sys.executable, "-m", "handson.outbox_runs", "--module",
-                       path, "--json"], timeout=timeout, env=env)
+    workdir = Path(path).parent
+    env = queue_runs.learner_env(path, redis_url, queue_runs.kernel_imports())
+    env.pop("DATABASE_URL", None)
+    with tempfile.TemporaryDirectory(prefix="eo-outbox-db-", dir=workdir) as db:
+        try:
+            fin = sandbox.run([sys.executable, "-m", "handson.outbox_runs",
+                               "--module", path, "--json",
+                               "--db", str(Path(db) / "app.sqlite")],
+                              timeout=timeout, env=env)
+        finally:
+            sandbox.cleanup(workdir)
     for line in reversed(fin.stdout.strip().splitlines()):
         with contextlib.suppress(ValueError):
             data = json.loads(line)

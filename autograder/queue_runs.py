@@ -73,6 +73,14 @@ def learner_env(path: str, redis_url: str | None,
     return env
 
 
+def kernel_imports(reads: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """`imports` for a host: the course files the learner's kernel may read
+    (`sandbox.kernel_read_paths()`, or `reads` if already computed)."""
+    root = Path(remote_module.ROOT)
+    return tuple(str(Path(f).relative_to(root))
+                 for f in reads or sandbox.kernel_read_paths())
+
+
 def probe(path: str, timeout: float = 30, imports: tuple[str, ...] = ()) -> dict:
     """{"ok": True} or {"ok": False, "error": why} for loading the file."""
     fin = sandbox.run([sys.executable, "-c", PROBE, path], timeout=timeout,

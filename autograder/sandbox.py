@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -313,6 +314,9 @@ def isolation() -> Finished:
         return run([sys.executable, "-c", "pass"], timeout=30, cwd=tmp, confined=True)
 
 
+_PARSE_LOCK = threading.Lock()
+
+
 def kernel_read_paths(also: str | None = None) -> tuple[str, ...]:
     """What the learner's kernel may read of the course: the notebook runner and
     the `handson` modules the released notebooks import (and what those import).
@@ -332,6 +336,12 @@ def kernel_read_paths(also: str | None = None) -> tuple[str, ...]:
                    for m in re.split(r"[, ]+", group) if m}
     if also:
         wanted.add(also)
+    with _PARSE_LOCK:       # ast.parse in two threads at once can fail (3.11)
+        return _closure(root, wanted)
+
+
+def _closure(root: Path, wanted: set[str]) -> tuple[str, ...]:
+    """The files of `wanted` and of every course module they import."""
     seen: set[str] = set()
     while wanted - seen:
         name = sorted(wanted - seen)[0]

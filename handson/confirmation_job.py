@@ -30,8 +30,8 @@ from collections.abc import Callable
 
 from handson.effects import claims
 from handson.effects.mailer import PlainMailer, open_mailer
-from handson.effects.sqldb import Database
-from handson.infra import learner_module
+from handson.effects.sqldb import Database, is_postgres
+from handson.infra import learner_module, remote_module
 from handson.infra.worker_process import stop_at, wait_gate
 
 JOB_TYPE = "send_confirmation"
@@ -173,10 +173,23 @@ def award_points(db: Database, key: str, now: float, lease_s: float = LEASE_S,
 # --- the worker process -------------------------------------------------------
 
 def _run(a, db: Database, mailer: PlainMailer, pause: Pause):
-    """The reference job with the CLI's policy, or the learner's with its own."""
+    """The reference job with the CLI's policy, or the learner's with its own.
+
+    Under the grader the learner's module runs in a host process of its own
+    (`remote_module`): it opens the same database itself, and the mail
+    provider and the pause callback stay here, called back over the pipe, so
+    the learner's code never touches the provider's store and never speaks
+    for this worker.
+    """
     fn = "send_confirmation" if a.task == "confirmation" else "award_points"
     if a.job:
-        job = learner_module.load(a.job, (fn,))
+        job = remote_module.load_learner(a.job, (fn,), "your job")
+        if isinstance(job, remote_module.RemoteModule):
+            target = a.db if is_postgres(a.db) else os.path.abspath(a.db)
+            db = remote_module.Local("sqldb", target=target)
+            mailer = remote_module.Caller(mailer, ("send", "lookup"),
+                                          ("kind", "takes_reference"))
+            pause = remote_module.Caller(pause, name="pause")
         if a.task == "points":
             return job.award_points(db, a.key, a.now, a.lease, pause)
         return job.send_confirmation(db, mailer, a.key, a.now, a.lease, pause)

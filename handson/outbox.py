@@ -40,8 +40,8 @@ from collections.abc import Callable
 
 import redis
 
-from handson.effects.sqldb import Database
-from handson.infra import learner_module
+from handson.effects.sqldb import Database, is_postgres
+from handson.infra import learner_module, remote_module
 from handson.infra.worker_process import stop_at
 from handson.queues.contract import load_queue
 
@@ -229,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.role == "save" and not a.docs:
         p.error("save needs --docs FIRST END")
     try:
-        learner = a.module and learner_module.load(
-            a.module, (LEARNER_FUNCTIONS[a.role],))
+        learner = a.module and remote_module.load_learner(
+            a.module, (LEARNER_FUNCTIONS[a.role],), "your outbox module")
     except learner_module.ModuleProblem as err:
         print(json.dumps({"error": str(err)}), flush=True)
         return 2
@@ -239,29 +239,48 @@ def main(argv: list[str] | None = None) -> int:
     pause = stop_at(a.pause_at, a.pause_n, a.limit_s)
     with Database(a.db) as db:
         setup(db)
+        mine = (db, r, queue, pause)            # what the learner's code gets
+        if isinstance(learner, remote_module.RemoteModule):
+            mine = _stand_ins(a, pause)
+        ldb, lr, lqueue, lpause = mine
         if a.role == "save":
             for doc_id in range(*a.docs):
                 body = f"document {doc_id}"
                 if learner:
-                    learner.save_document(db, doc_id, body, pause)
+                    learner.save_document(ldb, doc_id, body, lpause)
                 else:
                     save(db, r, queue, doc_id, body, a.mode, pause)
             result = {"saved": a.docs[1] - a.docs[0]}
         elif a.role == "relay":
             if learner:
                 def one():
-                    return learner.relay_once(db, r, queue, pause) or 0
+                    return learner.relay_once(ldb, lr, lqueue, lpause) or 0
             else:
                 def one():
                     return relay_batch(db, r, queue, a.loop, a.batch, pause)
             published = one() if a.once else _until_zero(one)
             result = {"published": published}
         else:
-            apply = learner and (lambda db, doc_id: learner.summarize(db, doc_id))
+            apply = learner and (lambda db, doc_id: learner.summarize(ldb, doc_id))
             result = {"delivered": consume_all(db, r, queue, not a.unkeyed,
                                                apply=apply)}
     print(json.dumps({**result, "pid": os.getpid()}), flush=True)
     return 0
+
+
+def _stand_ins(a, pause: Pause) -> tuple:
+    """What a hosted learner module gets in place of db, r, queue and pause.
+
+    Its host opens the same database and Redis itself and imports the course's
+    queue by name; the pause stays here, called back over the pipe, so the
+    announcement the harness kills on comes from this process, never from the
+    learner's.
+    """
+    target = a.db if is_postgres(a.db) else os.path.abspath(a.db)
+    return (remote_module.Local("sqldb", target=target),
+            remote_module.Local("redis", url=a.redis),
+            remote_module.Local("course_module", name=a.queue),
+            remote_module.Caller(pause, name="pause"))
 
 
 def _until_zero(one: Callable[[], int], max_batches: int = 100_000) -> int:

@@ -77,12 +77,12 @@ if sys.argv[0].endswith("chaos.py"):
 '''
 
 
-def _forged_notebook(tmp_path: Path, assignment: str, module_file: str) -> Path:
-    nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"),
-                       4)
+def _forged_notebook(tmp_path: Path, assignment: str, module_file: str,
+                     module: str = FORGERY, source: str = "solutions") -> Path:
+    nb = nbformat.read(str(ROOT / source / assignment / f"{assignment}.ipynb"), 4)
     cell = next(c for c in nb.cells if c.cell_type == "code"
                 and c.source.startswith(f"%%writefile {module_file}"))
-    cell.source = f"%%writefile {module_file}\n" + FORGERY
+    cell.source = f"%%writefile {module_file}\n" + module
     path = tmp_path / assignment / f"{assignment}.ipynb"
     path.parent.mkdir(parents=True)
     nbformat.write(nb, str(path))
@@ -200,6 +200,9 @@ def echo(r, *args, **kwargs):
 def full(r):
     raise QueueFull("no room")
 
+def ping(r):
+    return r.ping()
+
 def bye(r):
     os._exit(7)
 
@@ -237,6 +240,86 @@ def test_calls_cross_the_pipe_with_types_and_errors(learner_file, redis_url):
         mod.close()
 
 
+CALLING_BACK = '''
+import os
+
+for fd in range(3, 10):                 # junk in the pipe before the hello
+    try:
+        os.write(fd, b"paused after-claim\\n")
+    except OSError:
+        pass
+
+
+def job(db, mailer, pause):
+    pause("after-claim")
+    mailer.send("a@b", "hi", "there", reference="k")
+    found = mailer.lookup("k")
+    try:
+        mailer.count()
+        reached = "count"
+    except AttributeError:
+        reached = "no count"
+    try:
+        mailer.__class__.serve
+        reached += ", serve"
+    except AttributeError:
+        pass
+    return [found, mailer.takes_reference, reached, os.getpid(), db.dialect,
+            db.query("SELECT 41 + 1")[0][0]]
+'''
+
+
+class _Mailbox:
+    takes_reference = True
+
+    def __init__(self):
+        self.sent, self.secret = [], "the grader's"
+
+    def send(self, to, subject, body, reference=None):
+        self.sent.append((to, subject, body, reference))
+
+    def lookup(self, reference):
+        return any(m[3] == reference for m in self.sent)
+
+    def count(self):
+        return len(self.sent)
+
+
+def test_callbacks_reach_only_what_the_caller_offers(tmp_path):
+    """The host calls back the caller's mailer and pause in the middle of a
+    call; nothing of the caller's but the listed methods is reachable."""
+    path = tmp_path / "job.py"
+    path.write_text(CALLING_BACK)
+    mailbox, points = _Mailbox(), []
+    mod = remote_module.load(str(path), [])
+    try:
+        got = mod.job(remote_module.Local("sqldb", target=str(tmp_path / "x.db")),
+                      remote_module.Caller(mailbox, ("send", "lookup"),
+                                           ("takes_reference",)),
+                      remote_module.Caller(points.append, name="pause"))
+    finally:
+        mod.close()
+    assert got[:3] == [True, True, "no count"]
+    assert got[3] != os.getpid() and got[4:] == ["sqlite", 42]
+    assert points == ["after-claim"]
+    assert mailbox.sent == [("a@b", "hi", "there", "k")]
+
+
+def test_armed_call_dies_after_a_redis_reply(learner_file, redis_url):
+    """The mid-call crash point, installed on the first call that asks for it."""
+    from handson.redis_server import connect
+
+    mod = remote_module.load(learner_file, [])
+    try:
+        r = connect(redis_url)
+        assert mod.ping(r) is True
+        mod.arm_crash(1)
+        with pytest.raises(remote_module.LearnerProcessDied):
+            mod.ping(r)
+    finally:
+        mod.close()
+
+
 def test_import_problems_read_as_the_lab_says(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f(:\n")
@@ -257,3 +340,260 @@ def test_clock_skew_hook(learner_file, monkeypatch):
         assert mod.now() - time.time() > 3500
     finally:
         mod.close()
+
+
+# --- idempotent_claims: the mailbox and the pause points are the harness's -------
+
+# What a forger uses to learn its case and to speak for the worker: its own
+# command line, its parent's, its environment; every pipe it can reach.
+SPY = '''
+import os, stat, sys, time
+def _argv():
+    words = list(sys.argv) + [f"{k}={v}" for k, v in os.environ.items()]
+    for pid in ("self", str(os.getppid())):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                words += fh.read().decode(errors="replace").split("\\0")
+        except OSError:
+            pass
+    return words
+
+
+def _say(text):
+    print(text, flush=True)
+    for fd in [*range(1, 40), f"/proc/{os.getppid()}/fd/1"]:   # every pipe
+        try:
+            if stat.S_ISFIFO(os.stat(fd).st_mode):
+                if isinstance(fd, int):
+                    os.write(fd, (text + "\\n").encode())
+                else:
+                    with open(fd, "a") as fh:
+                        fh.write(text + "\\n")
+        except OSError:
+            pass
+'''
+
+# A job that does the database part honestly (policy "hold"); what it does with
+# the mail provider and the pause points is each attack's own (`_email`, `_pause`).
+CLAIMS_JOB = SPY + '''
+import glob, sqlite3, tempfile
+
+POLICY = "hold"
+JOB, POINTS = "send_confirmation", "award_points"
+
+
+def _claim(db, job, key, now):
+    rows = db.query("INSERT INTO handled_operations (job_type, operation_key, "
+                    "status, claimed_at) VALUES (?, ?, 'claimed', ?) ON CONFLICT "
+                    "(job_type, operation_key) DO NOTHING RETURNING id",
+                    (job, key, now))
+    return rows[0][0] if rows else None
+
+
+def _done(db, op_id, now):
+    db.run("UPDATE handled_operations SET status = 'completed', completed_at = ?"
+           " WHERE id = ?", (now, op_id))
+
+
+def send_confirmation(db, mailer, key, now, lease_s, pause):
+    op_id = _claim(db, JOB, key, now)
+    if op_id is None:
+        status, at = db.query("SELECT status, claimed_at FROM handled_operations "
+                              "WHERE job_type = ? AND operation_key = ?",
+                              (JOB, key))[0]
+        if status == "completed" or now - at < lease_s:
+            return "skip"
+        db.run("INSERT INTO held_operations (job_type, operation_key, held_at) "
+               "VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (JOB, key, now))
+        return "held"
+    _pause(pause, "after-claim")
+    _email(mailer, key)
+    _pause(pause, "after-email")
+    _done(db, op_id, now)
+    return "sent"
+
+
+def award_points(db, key, now, lease_s, pause):
+    with db.transaction():
+        op_id = _claim(db, POINTS, key, now)
+        if op_id is not None:
+            _pause(pause, "after-claim")
+            db.run("INSERT INTO points_ledger (order_key, points) VALUES (?, 10)",
+                   (key,))
+            _pause(pause, "after-effect")
+            _done(db, op_id, now)
+    return "applied" if op_id is not None else "skip"
+
+
+def _mailboxes():
+    """Every provider store this process can find (the lab's naming)."""
+    roots = {tempfile.gettempdir(), "/tmp", "/var/tmp", os.getcwd(),
+             os.path.dirname(os.getcwd()), os.path.expanduser("~")}
+    found = set()
+    for root in roots:
+        for pattern in ("mailbox-*.sqlite", "*/mailbox-*.sqlite",
+                        "eo-*/*/mailbox-*.sqlite"):
+            found |= set(glob.glob(os.path.join(root, pattern)))
+    return sorted(found)
+
+
+def _write(path, sql, params=()):
+    try:
+        conn = sqlite3.connect(path, timeout=2)
+        conn.execute("CREATE TABLE IF NOT EXISTS sent (n INTEGER PRIMARY KEY, "
+                     "recipient TEXT, subject TEXT, body TEXT, reference TEXT)")
+        conn.execute(sql, params)
+        conn.commit()
+        conn.close()
+    except Exception as err:
+        print("forgery failed:", path, err, file=sys.stderr)
+
+
+def _forge_email(path, key):
+    _write(path, "INSERT INTO sent (recipient, subject, body, reference) "
+           "VALUES (?, ?, ?, ?)", ("customer@example.com",
+                                  f"Your order {key} is confirmed", "x", key))
+'''
+
+# (a) never calls mailer.send: writes the row into the provider's store itself.
+MAILBOX_FORGERY = CLAIMS_JOB + '''
+
+def _pause(pause, point):
+    pause(point)
+
+
+def _email(mailer, key):
+    for path in _mailboxes():
+        _forge_email(path, key)
+'''
+
+# (b) learns where the provider's store is (and which case runs) from its
+# command line, its parent's and its environment, and writes the row there.
+ARGV_FORGERY = CLAIMS_JOB + '''
+
+def _pause(pause, point):
+    pause(point)
+
+
+
+def _email(mailer, key):
+    words = _argv()
+    paths = {w.split("=", 1)[-1] for w in words
+             if "mailbox-" in w and w.endswith(".sqlite")}
+    for path in sorted(paths):
+        _forge_email(path, key)
+'''
+
+# (a') sends every email twice (a bug), then deletes the extra rows in every
+# provider store it can find.
+DELETING_FORGERY = CLAIMS_JOB + '''
+
+def _pause(pause, point):
+    pause(point)
+
+
+def _email(mailer, key):
+    mailer.send("customer@example.com", f"Your order {key} is confirmed", "x")
+    mailer.send("customer@example.com", f"Your order {key} is confirmed", "x")
+    for path in _mailboxes():
+        _write(path, "DELETE FROM sent WHERE n NOT IN "
+               "(SELECT min(n) FROM sent GROUP BY subject)")
+'''
+
+# (c) sends honestly, but speaks for the worker: says "paused <point>" itself
+# (on stdout, on every descriptor it has, on its parent's stdout) where the
+# command line asks for a kill, instead of calling pause.
+PROTOCOL_FORGERY = ARGV_FORGERY + '''
+
+
+def _pause(pause, point):
+    words = _argv()
+    if "--pause-at" in words and words[words.index("--pause-at") + 1] == point:
+        _say(f"paused {point}")
+        time.sleep(40)
+
+
+def _email(mailer, key):
+    mailer.send("customer@example.com", f"Your order {key} is confirmed", "x")
+'''
+
+EMAIL_CHECKS = ("first_delivery", "repeat_after_success", "two_workers_at_once",
+                "different_order", "dies_after_email")
+PAUSE_CHECKS = ("dies_before_email", "dies_after_email", "young_claim_skipped",
+                "same_transaction_effect")
+
+
+@pytest.mark.parametrize("forgery,forged,honest", [
+    (MAILBOX_FORGERY, EMAIL_CHECKS,
+     ("dies_before_email", "young_claim_skipped", "same_transaction_effect")),
+    (ARGV_FORGERY, EMAIL_CHECKS,
+     ("dies_before_email", "young_claim_skipped", "same_transaction_effect")),
+    (DELETING_FORGERY, EMAIL_CHECKS,
+     ("dies_before_email", "young_claim_skipped", "same_transaction_effect")),
+    (PROTOCOL_FORGERY, PAUSE_CHECKS,
+     ("first_delivery", "repeat_after_success", "two_workers_at_once",
+      "different_order"))], ids=["mailbox", "argv", "delete", "protocol"])
+def test_claims_forgeries_earn_nothing(tmp_path, forgery, forged, honest):
+    """The provider's counts and the pause announcements come from the worker,
+    never from the learner's process: what it forges earns nothing, what it
+    does honestly (the database part) still earns its points."""
+    nb_path = _forged_notebook(tmp_path, "idempotent_claims", "myclaims.py",
+                               forgery, source="exercises")
+    data = _grade(nb_path)
+    by = {c["name"]: c for c in data["checks"]}
+    assert not [n for n in forged if by[n]["ok"]], data
+    assert all(by[n]["ok"] for n in honest), data
+
+
+# --- outbox_relay: the kill points are announced by the worker ------------------
+
+# A save in two transactions and a relay that marks before it publishes, both
+# wrong; where the command line says the kill comes, it first says "paused
+# between n" itself and waits to be killed before doing anything, so a harness
+# that believed it would see nothing half done.
+OUTBOX_FORGERY = SPY + '''
+
+def _forge(n):
+    words = _argv()
+    if "--pause-n" in words and words[words.index("--pause-n") + 1] == str(n):
+        _say(f"paused between {n}")
+        time.sleep(40)
+
+
+def save_document(db, doc_id, body, pause):
+    _forge(doc_id)
+    db.run("INSERT INTO documents (id, body) VALUES (?, ?)", (doc_id, body))
+    pause("between", doc_id)
+    db.run("INSERT INTO outbox (doc_id) VALUES (?)", (doc_id,))
+
+
+def relay_once(db, r, queue, pause, batch=100):
+    rows = db.query("SELECT id, doc_id FROM outbox WHERE sent = 0 ORDER BY id"
+                    " LIMIT ?", (batch,))
+    for outbox_id, doc_id in rows:
+        _forge(outbox_id)
+        db.run("UPDATE outbox SET sent = 1 WHERE id = ?", (outbox_id,))
+        pause("between", outbox_id)
+        queue.enqueue(r, {"doc_id": doc_id, "outbox_id": outbox_id})
+    return len(rows)
+
+
+def summarize(db, doc_id):
+    with db.transaction():
+        if not db.query("INSERT INTO summarized (doc_id) VALUES (?)"
+                        " ON CONFLICT (doc_id) DO NOTHING RETURNING doc_id",
+                        (doc_id,)):
+            return False
+        db.run("INSERT INTO summaries (doc_id) VALUES (?)", (doc_id,))
+    return True
+'''
+
+
+def test_outbox_forged_kill_points_earn_nothing(tmp_path):
+    """Its wrong save and relay lose their checks; its honest consumer and
+    flag-based relay keep theirs."""
+    data = _grade(_forged_notebook(tmp_path, "outbox_relay", "myoutbox.py",
+                                   OUTBOX_FORGERY, source="exercises"))
+    by = {c["name"]: c for c in data["checks"]}
+    assert not by["save_atomic"]["ok"] and not by["relay_nothing_lost"]["ok"], data
+    assert by["effects_once"]["ok"] and by["no_skip_out_of_order"]["ok"], data

@@ -19,7 +19,21 @@ Tuples and bytes are tagged so they come back as they went; a few of the
 caller's own objects cross as stand-ins (`decode`), and what happened to them
 comes back as "notes". "__threads__" counts threads the module left running.
 
-Stdlib and redis only: the sandbox may hide the rest of the course's files.
+Callbacks: a caller-side object passed as {"__local__": {"kind": "caller",
+"ref", "methods", "attrs"}} (`remote_module.Caller`) becomes a proxy here whose
+methods (only those listed) send {"id": the call's id, "callback": {"cb", "ref",
+"method", "args", "kwargs"}} and block until the caller answers {"callback_reply":
+cb, "ok" | "error"}. So an effect the harness must keep out of the learner's
+reach (the mail provider's store, announcing a pause point) is performed by the
+caller, on its own objects, in the middle of the learner's call.
+
+Stdlib and redis only: the sandbox may hide the rest of the course's files. The
+exceptions are stand-ins that are the course's own code: "sqldb" (the effects
+database, opened here on the same target with `handson.effects.sqldb`) and
+"course_module" (a module of the course the caller names, e.g. the reference
+queue `handson.q` handed to a learner's relay): a caller that passes one must
+let the host read that module and what it imports. "redis" is a client of
+the caller's Redis URL, for a client that is not the first argument.
 EO_CLOCK_SKEW_S shifts time.time() and time.time_ns() in this process, to
 check that a module takes its deadlines from the server's clock.
 """
@@ -136,6 +150,106 @@ _STANDINS = {"refusing_queue": _RefusingQueue, "work": _timed_work,
              "lost_at_the_end": _LostAtTheEnd, "work_then_lose": _work_then_lose}
 
 
+class _Callbacks:
+    """Round trips to the caller, in the middle of a call (see the docstring)."""
+
+    def __init__(self):
+        self.outbox = None
+        self.write = threading.Lock()
+        self.waiting: dict[int, list] = {}      # cb -> [event, reply]
+        self.ids = iter(range(1, 1 << 62))
+        self.lock = threading.Lock()
+
+    def call(self, req_id, ref: int, method: str, args, kwargs):
+        with self.lock:
+            cb = next(self.ids)
+            slot = [threading.Event(), None]
+            self.waiting[cb] = slot
+        msg = {"id": req_id, "callback": {"cb": cb, "ref": ref, "method": method,
+                                          "args": encode(list(args)),
+                                          "kwargs": encode(dict(kwargs))}}
+        with self.write:
+            self.outbox.write(json.dumps(msg) + "\n")
+            self.outbox.flush()
+        slot[0].wait()
+        reply = slot[1] or {}
+        if "error" in reply:
+            err = reply["error"]
+            name = str(err.get("type", "Exception"))
+            raise type(name if name.isidentifier() else "Exception",
+                       (Exception,), {})(err.get("message", ""))
+        return decode(reply.get("ok"))
+
+    def answer(self, reply: dict) -> None:
+        slot = self.waiting.pop(reply.get("callback_reply"), None)
+        if slot is not None:
+            slot[1] = reply
+            slot[0].set()
+
+    def release_all(self) -> None:
+        """The caller is gone: every waiting callback fails."""
+        for cb in list(self.waiting):
+            self.answer({"callback_reply": cb,
+                         "error": {"type": "EOFError", "message": "caller gone"}})
+
+
+CALLBACKS = _Callbacks()
+_REQUEST = threading.local()
+
+
+def _caller_proxy(spec: dict):
+    """The caller's object here: its listed attributes, methods that call back."""
+    ref, attrs = spec["ref"], dict(spec.get("attrs") or {})
+    req_id = getattr(_REQUEST, "id", None)
+    methods = list(spec.get("methods") or [])
+
+    def method(name: str):
+        def call(*args, **kwargs):
+            return CALLBACKS.call(req_id, ref, name, args, kwargs)
+        call.__name__ = name
+        return call
+
+    ns: dict = {"__repr__": lambda self: f"<{spec.get('name', 'caller')}>"}
+    if "__call__" in methods:
+        ns["__call__"] = lambda self, *a, **k: CALLBACKS.call(req_id, ref,
+                                                              "__call__", a, k)
+    proxy = type(str(spec.get("name", "Caller")), (), ns)()
+    proxy.__dict__.update({k: decode(v) for k, v in attrs.items()})
+    for name in methods:
+        if name != "__call__":
+            setattr(proxy, name, method(name))
+    return proxy
+
+
+_DATABASES: dict = {}
+
+
+def _database(target: str):
+    """The effects database on the caller's target, opened here (once per
+    thread: a lane's calls share one connection, as in-process calls would)."""
+    from handson.effects.sqldb import Database
+
+    key = (target, threading.get_ident())
+    if key not in _DATABASES:
+        _DATABASES[key] = Database(target)
+    return _DATABASES[key]
+
+
+_CLIENTS: dict = {}
+
+
+def _redis(url: str, decode: bool = False):
+    """A client of the caller's Redis (the sandbox lets only that one through)."""
+    import redis
+
+    key = (url, bool(decode))
+    if key not in _CLIENTS:
+        _CLIENTS[key] = redis.Redis.from_url(url, decode_responses=bool(decode),
+                                             socket_timeout=30,
+                                             socket_connect_timeout=5)
+    return _CLIENTS[key]
+
+
 def decode(value, module=None, notes: list | None = None):
     """The value; {"__local__": ...} becomes a stand-in made here (see remote_module).
 
@@ -150,6 +264,14 @@ def decode(value, module=None, notes: list | None = None):
             kind = spec.pop("kind")
             if kind == "module":
                 return module
+            if kind == "caller":
+                return _caller_proxy(spec)
+            if kind == "sqldb":
+                return _database(spec["target"])
+            if kind == "redis":
+                return _redis(spec["url"], spec.get("decode", False))
+            if kind == "course_module":     # named by the caller, never the learner
+                return importlib.import_module(spec["name"])
             note: dict = {"kind": kind}
             notes.append(note)
             return _STANDINS[kind](note, **spec)
@@ -250,14 +372,29 @@ def _functions(module) -> dict:
 _ARMED = threading.local()
 
 
+_PATCHED: list = []
+_PATCH_LOCK = threading.Lock()
+
+
 def _crash_after_replies() -> None:
     """The chaos run's mid-call crash point, here where the Redis calls are.
+
+    Installed on the first request that asks for it (patching the class
+    reaches every connection, made before or after), so a host that never
+    talks to Redis never pays for importing it.
 
     A request may carry `crash_after_reply: k`: the host SIGKILLs itself right
     after the k-th Redis reply of that call (the harness, seeing its host die
     in a call it armed, logs the crash and dies too). A host that ignores it
     only makes its chaos run fall short of its fault quota: unknown, no pass.
     """
+    with _PATCH_LOCK:
+        if not _PATCHED:
+            _patch_read_response()
+            _PATCHED.append(True)
+
+
+def _patch_read_response() -> None:
     from redis.connection import AbstractConnection
 
     original = AbstractConnection.read_response
@@ -278,8 +415,6 @@ def serve(module, inbox, outbox) -> None:
     """One thread per caller-side client, so calls on several clients overlap."""
     import queue
 
-    import redis
-
     clients: dict = {}
     lanes: dict = {}
     write = threading.Lock()
@@ -291,12 +426,17 @@ def serve(module, inbox, outbox) -> None:
 
     def run(req) -> None:
         notes: list = []
+        _REQUEST.id = req["id"]
+        if req.get("crash_after_reply"):
+            _crash_after_replies()
         _ARMED.after = req.get("crash_after_reply")
         try:
             args = decode(req.get("args", []), module, notes)
             kwargs = decode(req.get("kwargs", {}), module, notes)
             conn = req.get("redis")
             if conn:
+                import redis
+
                 key = (req.get("lane"), conn["url"], bool(conn.get("decode")))
                 if key not in clients:
                     clients[key] = redis.Redis.from_url(
@@ -317,8 +457,12 @@ def serve(module, inbox, outbox) -> None:
             run(inbox_q.get())
 
     ours = {threading.get_ident(), *_WATCHERS}
+    CALLBACKS.outbox, CALLBACKS.write = outbox, write
     for line in inbox:
         req = json.loads(line)
+        if "callback_reply" in req:
+            CALLBACKS.answer(req)
+            continue
         if req.get("fn") == "__threads__":    # threads the learner's code left
             reply({"id": req["id"], "ok": sum(
                 t.ident not in ours for t in threading.enumerate())})
@@ -329,6 +473,7 @@ def serve(module, inbox, outbox) -> None:
             threading.Thread(target=lane, args=(lanes[lane_key],),
                              daemon=True).start()
         lanes[lane_key].put(req)
+    CALLBACKS.release_all()
 
 
 def main() -> int:
@@ -349,7 +494,6 @@ def main() -> int:
         outbox.write(json.dumps({"load_error": str(err)}) + "\n")
         outbox.flush()
         return 0
-    _crash_after_replies()
     outbox.write(json.dumps({"ready": _functions(module)}) + "\n")
     outbox.flush()
     serve(module, inbox, outbox)

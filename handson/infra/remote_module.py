@@ -16,6 +16,13 @@ would. Hosts share the caller's process group (a SIGKILL or SIGSTOP of the
 group reaches both) and die with the thread that started them, which is a
 thread that lives as long as the process.
 
+A caller-side object the learner must use but never touch (a mail provider
+whose store it cannot write, the pause callback that announces a kill point)
+crosses as a `Caller`: the host gets a proxy, and each call of one of its
+listed methods comes back over the same pipe, in the middle of the learner's
+call, to be performed here, on the thread that made the call. Nothing else of
+the caller's can be reached that way.
+
 Unset (the lab on a learner's machine), nothing changes: the module is imported.
 """
 
@@ -26,13 +33,13 @@ import concurrent.futures
 import inspect
 import json
 import os
-import select
+import queue
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from handson.infra import learner_host
+from handson.infra import learner_host, learner_module
 from handson.infra.learner_module import ModuleProblem
 
 ENV = "EO_LEARNER_PREFIX"
@@ -52,6 +59,29 @@ class Local:
 
     def __init__(self, kind: str, **params):
         self.spec = {"kind": kind, **params}
+
+
+class Caller:
+    """A caller-side object whose listed methods the host may call back.
+
+    `methods`: the only names it may call ("__call__" for a function);
+    `attrs`: plain values the host sees as attributes (e.g. `takes_reference`).
+    A method the object lacks is left out, so `hasattr` reads the same there.
+    """
+
+    def __init__(self, obj, methods: tuple[str, ...] = ("__call__",),
+                 attrs: tuple[str, ...] = (), name: str | None = None):
+        self.obj = obj
+        self.methods = tuple(m for m in methods if m == "__call__" and callable(obj)
+                             or m != "__call__" and callable(getattr(obj, m, None)))
+        self.attrs = {a: getattr(obj, a) for a in attrs if hasattr(obj, a)}
+        self.name = name or type(obj).__name__
+
+    def serve(self, method: str, args, kwargs):
+        if method not in self.methods:
+            raise PermissionError(f"{method} is not offered to the learner's code")
+        fn = self.obj if method == "__call__" else getattr(self.obj, method)
+        return fn(*args, **kwargs)
 
 
 class LearnerError(Exception):
@@ -141,64 +171,124 @@ class _Host:
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    env=env, text=True, bufsize=1, cwd=cwd)
         self.write_lock = threading.Lock()
-        self.pending: dict[int, list] = {}      # id -> [event, reply]
+        self.pending: dict[int, queue.SimpleQueue] = {}   # id -> its messages
         self.ids = iter(range(1, 1 << 62))
         self.died: str | None = None
+        self.hello: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._reader, daemon=True).start()
         hello = self._hello()
         if "load_error" in hello:
             self.close()
             raise ModuleProblem(hello["load_error"])
-        self.functions: dict = hello.get("ready", {})
-        threading.Thread(target=self._reader, daemon=True).start()
+        self.functions: dict = hello.get("ready", {}) or {}
 
     def _hello(self) -> dict:
-        ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
-        line = self.proc.stdout.readline() if ready else ""
-        if not ready:
+        """The host's first word; what the learner's import wrote into the pipe
+        before it (anything but a hello) was skipped by the reader."""
+        try:
+            hello = self.hello.get(timeout=START_TIMEOUT_S)
+        except queue.Empty:
             self.close()
             raise ModuleProblem(f"importing {self.spec} did not finish in "
-                                f"{START_TIMEOUT_S:g} s (an endless loop at import?)")
-        try:
-            return json.loads(line)
-        except ValueError:
-            code = self.proc.wait()
+                                f"{START_TIMEOUT_S:g} s (an endless loop at "
+                                "import?)") from None
+        if hello is None:
             raise ModuleProblem(f"importing {self.spec} ended the process "
-                                f"(exit code {code})") from None
+                                f"(exit code {self.proc.wait()})")
+        return hello
 
     def _reader(self) -> None:
+        greeted = False
         for line in self.proc.stdout:
             try:
-                reply = json.loads(line)
-                slot = self.pending.pop(reply["id"])
-            except (ValueError, KeyError, TypeError):
+                msg = json.loads(line)
+            except ValueError:
                 continue
-            slot[1] = reply
-            slot[0].set()
+            if not isinstance(msg, dict):
+                continue
+            if not greeted:
+                if "ready" in msg or "load_error" in msg:
+                    self.hello.put(msg)
+                    greeted = True
+                continue
+            try:
+                inbox = (self.pending.get if "callback" in msg
+                         else self.pending.pop)(msg["id"])
+            except (KeyError, TypeError):
+                inbox = None
+            if inbox is not None:
+                inbox.put(msg)
+            elif isinstance(msg.get("callback"), dict):   # no call of ours waits
+                self._answer(msg["callback"].get("cb"),
+                             error=("EOFError", "the call is over"))
         self.died = f"exited with code {self.proc.wait()}"
-        for slot in list(self.pending.values()):
-            slot[0].set()
+        if not greeted:
+            self.hello.put(None)
+        for inbox in list(self.pending.values()):
+            inbox.put(None)
+
+    def _send(self, msg: dict) -> None:
+        with self.write_lock:
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+
+    def _answer(self, cb, value=None, error: tuple | None = None) -> None:
+        msg = {"callback_reply": cb}
+        if error:
+            msg["error"] = {"type": error[0], "message": error[1]}
+        else:
+            msg["ok"] = learner_host.encode(value)
+        try:
+            self._send(msg)
+        except (BrokenPipeError, ValueError, OSError):
+            pass
+
+    def _callback(self, req: dict, callers: dict) -> None:
+        """Serve one callback, here on the calling thread; only our own objects."""
+        if not isinstance(req, dict):
+            return None
+        cb = req.get("cb")
+        caller = callers.get(req.get("ref"))
+        if caller is None:
+            return self._answer(cb, error=("PermissionError", "no such object"))
+        try:
+            value = caller.serve(str(req.get("method")),
+                                 learner_host.decode(req.get("args") or []),
+                                 learner_host.decode(req.get("kwargs") or {}))
+        except Exception as err:    # the caller's own error, told to the learner
+            return self._answer(cb, error=(type(err).__name__, str(err)))
+        self._answer(cb, value)
 
     def call(self, lane, fn: str, args, kwargs, target, timeout: float,
-             notes: list, crash_after: int | None = None):
+             notes: list, crash_after: int | None = None,
+             callers: dict | None = None):
         ident = next(self.ids)
-        slot = [threading.Event(), None]
-        self.pending[ident] = slot
+        inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.pending[ident] = inbox
         req = {"id": ident, "lane": lane, "fn": fn,
                "args": learner_host.encode(list(args)),
                "kwargs": learner_host.encode(dict(kwargs)), "redis": target}
         if crash_after:
             req["crash_after_reply"] = crash_after
         try:
-            with self.write_lock:
-                self.proc.stdin.write(json.dumps(req) + "\n")
-                self.proc.stdin.flush()
+            self._send(req)
         except (BrokenPipeError, ValueError, OSError):
             self.pending.pop(ident, None)
             raise LearnerProcessDied(f"{self.what}'s process exited with code "
                                      f"{self.proc.wait()} during {fn}()") from None
-        if self.died is None:
-            slot[0].wait(timeout)
-        reply = slot[1]
+        reply = None
+        while self.died is None or not inbox.empty():
+            try:
+                msg = inbox.get(timeout=timeout)
+            except queue.Empty:
+                break
+            if msg is None:
+                break
+            if "callback" in msg:
+                self._callback(msg["callback"], callers or {})
+                continue
+            reply = msg
+            break
         if reply is None:
             self.pending.pop(ident, None)
             if self.died is None:
@@ -267,20 +357,27 @@ class RemoteModule:
             lane = id(args[0])
             self._keep.setdefault(lane, args[0])
             args = args[1:]
-        args = [self._local(a) for a in args]
-        kwargs = {k: self._local(v) for k, v in kwargs.items()}
+        callers: dict = {}
+        args = [self._local(a, callers) for a in args]
+        kwargs = {k: self._local(v, callers) for k, v in kwargs.items()}
         self._notes.value = []
         crash_after, self._armed.k = getattr(self._armed, "k", None), None
         return self._current().call(lane, fn, args, kwargs, target, timeout,
-                                    self._notes.value, crash_after)
+                                    self._notes.value, crash_after, callers)
 
     def arm_crash(self, after_replies: int) -> None:
         """The next call on this thread: the host dies after that many replies."""
         self._armed.k = after_replies
 
-    def _local(self, value):
+    def _local(self, value, callers: dict):
         if value is self:
             value = Local("module")
+        if isinstance(value, Caller):
+            ref = len(callers) + 1
+            callers[ref] = value
+            value = Local("caller", ref=ref, name=value.name,
+                          methods=list(value.methods),
+                          attrs=learner_host.encode(value.attrs))
         return {"__local__": value.spec} if isinstance(value, Local) else value
 
     def notes(self) -> list[dict]:
@@ -300,3 +397,18 @@ def load(spec: str, prefix: list[str], what: str = "the queue",
          cwd: str | None = None) -> RemoteModule:
     """The module at `spec` in a host process; ModuleProblem if it cannot load."""
     return RemoteModule(spec, prefix, what, cwd)
+
+
+def load_learner(spec: str, required: tuple[str, ...] = (),
+                 what: str = "your module"):
+    """A lab worker's loader: imported on a learner's machine (no prefix), else
+    hosted in a process of its own (a `RemoteModule`); ModuleProblem either way."""
+    prefix = prefix_from_env()
+    if prefix is None:
+        return learner_module.load(spec, required)
+    module = load(spec, prefix, what)
+    lacking = [f for f in required if not hasattr(module, f)]
+    if lacking:
+        module.close()
+        raise ModuleProblem(f"{spec} defines no {', '.join(lacking)}")
+    return module
