@@ -42,7 +42,7 @@ HELP = {
     "min_kills": "quota: random SIGKILLs before the chaos may stop "
                  "(default: LAB_KILLS when there are kills, else 0)",
     "min_pauses": "quota: SIGSTOPs past the lease",
-    "min_crash_kills": "quota: kills at EACH --crash-point",
+    "min_crash_kills": "quota: kills at EACH --crash-point that uses --crash-p",
     "min_reaps": "quota: expired leases taken back by reap()",
     "quota_cap_s": "the chaos's budget for its quota; short of it: unknown",
     "kill_every_claims": "a SIGKILL every ~N claims instead of every ~S seconds "

@@ -186,7 +186,8 @@ def _run(a, db: Database, mailer: PlainMailer, pause: Pause):
         job = remote_module.load_learner(a.job, (fn,), "your job")
         if isinstance(job, remote_module.RemoteModule):
             target = a.db if is_postgres(a.db) else os.path.abspath(a.db)
-            db = remote_module.Local("sqldb", target=target)
+            db = remote_module.Local("course_object", module=Database.__module__,
+                                     name=Database.__name__, args=[target])
             mailer = remote_module.Caller(mailer, ("send", "lookup"),
                                           ("kind", "takes_reference"))
             pause = remote_module.Caller(pause, name="pause")

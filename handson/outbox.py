@@ -277,7 +277,8 @@ def _stand_ins(a, pause: Pause) -> tuple:
     learner's.
     """
     target = a.db if is_postgres(a.db) else os.path.abspath(a.db)
-    return (remote_module.Local("sqldb", target=target),
+    return (remote_module.Local("course_object", module=Database.__module__,
+                                name=Database.__name__, args=[target]),
             remote_module.Local("redis", url=a.redis),
             remote_module.Local("course_module", name=a.queue),
             remote_module.Caller(pause, name="pause"))

@@ -314,17 +314,19 @@ def test_quota_needs_a_way_to_inject_it():
 
 
 def test_a_crash_point_may_carry_its_own_probability(redis_url):
-    """"on-poison:1" with the common dice at 0: every poison job is deadly."""
+    """"on-poison:1" beside the common dice: every poison job is deadly."""
     two = ChaosConfig(crash_points=("mid-call", "on-poison:1"), crash_p=0.02)
     assert two.crash_names == ("mid-call", "on-poison") and two.crashing
     assert not ChaosConfig(crash_points=("on-poison:0",), crash_p=0.5).crashing
+    # the quota counts the dice's point only; poison keeps coming while it runs
     cfg = ChaosConfig(docs=20, workers=2, kill_every=0, lease_s=0.3, iters=500,
-                      poison_every=10, crash_points=("on-poison:1",), crash_p=0.0,
-                      min_crash_kills=6, seed=5)
+                      poison_every=10, crash_points=("after-commit", "on-poison:1"),
+                      crash_p=0.02, min_crash_kills=4, seed=5)
+    assert cfg.quota == {"crash:after-commit": 4}
     report = _run(cfg, redis_url)
     assert report.verdict == "valid", report.text()
-    assert report.stats["faults"]["crash_kills"]["on-poison"] >= 6, report.stats
-    assert report.stats["dlq"] >= 2, report.stats
+    assert report.stats["faults"]["crash_kills"]["on-poison"] >= 3, report.stats
+    assert report.stats["dlq"] >= 1, report.stats
     for bad, why in (("on-poison:2", "0 to 1"), ("on-poison:x", "not a probab"),
                      ("nowhere", "unknown crash point")):
         with pytest.raises(ValueError, match=why):

@@ -293,9 +293,10 @@ def test_callbacks_reach_only_what_the_caller_offers(tmp_path):
     mailbox, points = _Mailbox(), []
     mod = remote_module.load(str(path), [])
     try:
-        got = mod.job(remote_module.Local("sqldb", target=str(tmp_path / "x.db")),
-                      remote_module.Caller(mailbox, ("send", "lookup"),
-                                           ("takes_reference",)),
+        db = remote_module.Local("course_object", module="handson.effects.sqldb",
+                                 name="Database", args=[str(tmp_path / "x.db")])
+        got = mod.job(db, remote_module.Caller(mailbox, ("send", "lookup"),
+                                               ("takes_reference",)),
                       remote_module.Caller(points.append, name="pause"))
     finally:
         mod.close()

@@ -110,7 +110,7 @@ class ChaosConfig:
     min_kills: int = 0               # engine SIGKILLs at random
     min_pauses: int = 0              # SIGSTOPs longer than the lease
     max_pauses: int = 0              # no more SIGSTOPs than this (0: no cap)
-    min_crash_kills: int = 0         # self-kills at EACH of crash_points
+    min_crash_kills: int = 0         # self-kills at EACH crash point on crash_p
     min_reaps: int = 0               # expired leases taken back by reap()
     quota_cap_s: float = 60.0        # the chaos phase's budget for the quota
     # Faults keyed to progress instead of the clock: a kill (pause) every ~N
@@ -134,11 +134,13 @@ class ChaosConfig:
         self.crash_points = tuple(self.crash_points)
         own_p = crash_points(self.crash_points)     # "on-poison:1": its own p
         self.crash_names = tuple(own_p)
+        # the quota counts the points that throw the common dice
+        self.crash_dice = tuple(name for name, p in own_p.items() if p is None)
         self.crashing = any(self.crash_p if p is None else p
                             for p in own_p.values())
         if self.workers < 1 or self.docs < 0:
             raise ValueError("need at least one worker and a non-negative doc count")
-        if self.min_crash_kills and not self.crashing:
+        if self.min_crash_kills and not (self.crash_dice and self.crash_p):
             raise ValueError("min_crash_kills needs crash points and a crash_p")
         if self.min_kills and not (self.kill_every or self.kill_every_claims):
             raise ValueError("min_kills needs kill_every or kill_every_claims")
@@ -154,7 +156,7 @@ class ChaosConfig:
         q = {"kills": self.min_kills, "pauses": self.min_pauses,
              "reaps": self.min_reaps, "deadly": self.deadly_jobs,
              "zombies": self.min_zombies}
-        q.update({f"crash:{p}": self.min_crash_kills for p in self.crash_names})
+        q.update({f"crash:{p}": self.min_crash_kills for p in self.crash_dice})
         return {k: v for k, v in q.items() if v}
 
     @property

@@ -28,12 +28,13 @@ reach (the mail provider's store, announcing a pause point) is performed by the
 caller, on its own objects, in the middle of the learner's call.
 
 Stdlib and redis only: the sandbox may hide the rest of the course's files. The
-exceptions are stand-ins that are the course's own code: "sqldb" (the effects
-database, opened here on the same target with `handson.effects.sqldb`) and
-"course_module" (a module of the course the caller names, e.g. the reference
-queue `handson.q` handed to a learner's relay): a caller that passes one must
-let the host read that module and what it imports. "redis" is a client of
-the caller's Redis URL, for a client that is not the first argument.
+exceptions are stand-ins that are the course's own code, named by the caller:
+"course_module" (a module, e.g. the reference queue `handson.q` handed to a
+learner's relay) and "course_object" (an object made here from a class of the
+course and its arguments, e.g. the effects database on the caller's target): a
+caller that passes one must let the host read that module and what it imports.
+"redis" is a client of the caller's Redis URL, for a client that is not the
+first argument.
 EO_CLOCK_SKEW_S shifts time.time() and time.time_ns() in this process, to
 check that a module takes its deadlines from the server's clock.
 """
@@ -221,18 +222,16 @@ def _caller_proxy(spec: dict):
     return proxy
 
 
-_DATABASES: dict = {}
+_OBJECTS: dict = {}
 
 
-def _database(target: str):
-    """The effects database on the caller's target, opened here (once per
-    thread: a lane's calls share one connection, as in-process calls would)."""
-    from handson.effects.sqldb import Database
-
-    key = (target, threading.get_ident())
-    if key not in _DATABASES:
-        _DATABASES[key] = Database(target)
-    return _DATABASES[key]
+def _course_object(module: str, name: str, args: list):
+    """`module.name(*args)`, made here once per thread (a lane's calls share
+    it, as in-process calls would share the caller's database connection)."""
+    key = (module, name, json.dumps(args), threading.get_ident())
+    if key not in _OBJECTS:
+        _OBJECTS[key] = getattr(importlib.import_module(module), name)(*args)
+    return _OBJECTS[key]
 
 
 _CLIENTS: dict = {}
@@ -266,8 +265,8 @@ def decode(value, module=None, notes: list | None = None):
                 return module
             if kind == "caller":
                 return _caller_proxy(spec)
-            if kind == "sqldb":
-                return _database(spec["target"])
+            if kind == "course_object":     # named by the caller, never the learner
+                return _course_object(spec["module"], spec["name"], spec["args"])
             if kind == "redis":
                 return _redis(spec["url"], spec.get("decode", False))
             if kind == "course_module":     # named by the caller, never the learner
