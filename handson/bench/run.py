@@ -361,8 +361,9 @@ def table(report: dict) -> str:
     for g in report["goals"]:
         rounds = ""
         if "spread" in g:
-            rounds = (f"  (rounds {', '.join(f'{v:.3g}' for v in g['rounds'])}: "
-                      f"spread {g['spread']:.0%})")
+            each = ", ".join(f"{v:,.0f}" if v >= 1000 else f"{v:.3g}"
+                             for v in g["rounds"])
+            rounds = f"  (rounds {each}: spread {g['spread']:.0%})"
         lines.append(f"{'MET  ' if g['met'] else 'SHORT'} {g['goal']}: "
                      f"{g['shown']}{rounds}")
     return "\n".join(lines)
