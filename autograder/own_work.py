@@ -21,6 +21,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from autograder import sandbox
+
 COURSE = ("handson", "autograder", "solutions", "exercises", "tests", "book",
           "bugs")
 DYNAMIC_MODULES = ("importlib", "runpy", "imp", "pkgutil", "zipimport", "builtins",
@@ -210,7 +212,7 @@ def review(path: str, policy: Policy, shown: str) -> Review:
     """Parse the file and say what in it may not be graded (never imports it)."""
     try:
         with open(path, "rb") as fh:
-            tree = ast.parse(fh.read(), filename=shown)
+            tree = sandbox.parse(fh.read(), filename=shown)
     except (OSError, SyntaxError, ValueError):
         return Review()                 # the probe reports it in the lab's words
     out = Review(everything=_imports(tree, policy, shown) + _dynamic(tree, shown))

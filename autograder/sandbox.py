@@ -317,6 +317,14 @@ def isolation() -> Finished:
 _PARSE_LOCK = threading.Lock()
 
 
+def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
+    """`ast.parse`, one thread at a time: two at once can fail on Python 3.11
+    (a SystemError about the AST constructor's recursion depth), and grades run
+    side by side in threads."""
+    with _PARSE_LOCK:
+        return ast.parse(source, filename=filename)
+
+
 def kernel_read_paths(also: str | None = None) -> tuple[str, ...]:
     """What the learner's kernel may read of the course: the notebook runner and
     the `handson` modules the released notebooks import (and what those import).
@@ -336,8 +344,7 @@ def kernel_read_paths(also: str | None = None) -> tuple[str, ...]:
                    for m in re.split(r"[, ]+", group) if m}
     if also:
         wanted.add(also)
-    with _PARSE_LOCK:       # ast.parse in two threads at once can fail (3.11)
-        return _closure(root, wanted)
+    return _closure(root, wanted)
 
 
 def _closure(root: Path, wanted: set[str]) -> tuple[str, ...]:
@@ -371,7 +378,7 @@ def _course_imports(path: Path, module: str) -> set[str]:
     names: set[str] = set()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     with contextlib.suppress(SyntaxError, OSError):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text())):
             if isinstance(node, ast.Import):
                 mods = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
