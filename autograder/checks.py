@@ -158,7 +158,7 @@ class GradeResult:
     def text(self) -> str:
         width = max(len(o.name) for o in self.outcomes) if self.outcomes else 10
         lines = [f"{self.assignment}: {self.submission}"
-                 + ("  (quick check: fewer seeds, smaller chaos run)"
+                 + ("  (quick check: fewer cases where an assignment has them)"
                     if self.quick else "")]
         for p in self.problems:
             lines.append(f"  ! {p}")

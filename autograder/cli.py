@@ -61,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("path")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument("--quick", action="store_true",
-                   help="fewer seeds and a smaller chaos run (what `check` does)")
-    c = sub.add_parser("check", help="the quick version: fewer seeds, smaller runs")
+                   help="fewer cases where an assignment has them (what `check` "
+                        "does)")
+    c = sub.add_parser("check", help="the quick version: fewer cases")
     c.add_argument("target", help="a notebook, its folder, or an assignment name")
     c.add_argument("--json", action="store_true")
     for sp in (g, c):
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                    "tcp://host:8786, whose workers grade (on other machines)")
     k.add_argument("--course", help="where gradebook.db, grade-class.db, "
                    "autograded/ and grades.csv go (default: submitted/'s parent)")
-    k.add_argument("--quick", action="store_true", help="fewer seeds, shorter runs")
+    k.add_argument("--quick", action="store_true", help="fewer cases (as `check`)")
     args = p.parse_args(argv)
 
     if args.cmd == "list":
