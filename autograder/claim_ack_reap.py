@@ -69,8 +69,9 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
     """Real workers on the learner's module; heartbeats are assignment 3.
 
     The run lasts until its quota is in (KILLS kills, PAUSES pauses past the
-    lease, keyed to claims so the seed replays the schedule, and CRASH_KILLS
-    kills inside a contract call, after one of its Redis replies), in batches
+    lease, keyed to claims so the seed replays the schedule, CRASH_KILLS
+    kills inside any contract call, after one of its Redis replies, and
+    CRASH_KILLS more inside claim()), in batches
     of 25 documents with a poison one in every 200;
     `quick` changes nothing here (one run holds the quota). Short of the
     quota within the cap, the verdict is unknown.
@@ -84,7 +85,8 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
             "--kill-every-claims", "10",
             "--pause-every-claims", "30", "--min-kills", str(KILLS),
             "--min-pauses", str(PAUSES), "--quota-cap-s", "120",
-            "--crash-point", "mid-call", "--crash-point", "on-poison:1",
+            "--crash-point", "mid-call", "--crash-point", "mid-claim",
+            "--crash-point", "on-poison:1",
             "--crash-p", "0.01",
             "--min-crash-kills", str(CRASH_KILLS),
             "--lease-s", "1.0", "--iters", str(ITERS), "--drain-timeout-s", "150",
@@ -99,7 +101,7 @@ KILLS, PAUSES = 20, 5      # faults every graded chaos run must inject
 # runs without the poison kills, in 3 of 3 with them. More kills inside calls
 # catch a claim in two round trips more often (4 of 4 runs with six, 2 of 3
 # with two) but cost a grade 5 s more; the contract check catches it always.
-CRASH_KILLS = 2
+CRASH_KILLS = 1
 # Zombies (paused workers that ack after their job's next claim) are built
 # when the run can, but not a quota: behind the sandbox a re-claim can take
 # longer than the engine waits, and a correct queue must never be "unknown".

@@ -60,9 +60,9 @@ def parse(argv: list[str] | None) -> tuple[ChaosConfig, argparse.Namespace]:
     ap.add_argument("--workdir", default=None,
                     help="keep results.db, events/ and workers.log here")
     ap.add_argument("--crash-point", action="append", default=[], dest="crash_points",
-                    help="after-claim, mid-call, after-commit, during-heartbeat, "
-                         "on-poison (repeatable); POINT:P gives it a probability "
-                         "of its own")
+                    help="after-claim, mid-call, mid-claim, after-commit, "
+                         "during-heartbeat, on-poison (repeatable); POINT:P "
+                         "gives it a probability of its own")
     ap.add_argument("--no-heartbeat", action="store_false", dest="heartbeat")
     ap.add_argument("--ack-before-work", action="store_true")
     ap.add_argument("--zombie-pauses", action="store_true",

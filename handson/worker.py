@@ -34,6 +34,7 @@ from handson.queues.contract import ContractError, load_queue
 CRASH_POINTS = {
     "after-claim": "right after claim returns, before any work",
     "mid-call": "after any Redis reply inside a contract call, before it returns",
+    "mid-claim": "after a Redis reply inside claim(), before it returns",
     "after-commit": "after the score is committed, before the ack",
     "during-heartbeat": "in the heartbeat thread, right after an extend",
     "on-poison": "a poison document crashes the worker instead of raising",
@@ -94,7 +95,7 @@ class Crashes:
         self.events = events
         self.call = threading.local()   # the contract call this thread is inside
         self.remote = None              # the queue's host, when it is behind a pipe
-        if "mid-call" in self.points:
+        if self.points & {"mid-call", "mid-claim"}:
             self._hook_replies()
 
     def maybe(self, point: str, **fields) -> None:
@@ -114,23 +115,31 @@ class Crashes:
             name = getattr(crashes.call, "name", None)
             if name:
                 crashes.maybe("mid-call", call=name)
+            if name == "claim":
+                crashes.maybe("mid-claim", call=name)
             return reply
 
         AbstractConnection.read_response = read_response
 
+    def _armed(self, name: str) -> str | None:
+        """The crash point, if any, that kills the queue's host in this call."""
+        for point in ("mid-call", "mid-claim"):
+            if (point in self.points and (point == "mid-call" or name == "claim")
+                    and self.rng.random() < self.p_at[point]):
+                return point
+        return None
+
     def inside(self, name: str, fn, *args):
-        """Call a contract function, marking it for the mid-call crash point."""
+        """Call a contract function, marking it for the mid-call crash points."""
         self.call.name = name
-        remote = self.remote
-        armed = (remote is not None and "mid-call" in self.points
-                 and self.rng.random() < self.p_at["mid-call"])
+        armed = self._armed(name) if self.remote is not None else None
         if armed:                  # the learner's host dies after a Redis reply
-            remote.arm_crash(1)
+            self.remote.arm_crash(1)
         try:
             return fn(*args)
         except remote_module.LearnerProcessDied:
             if armed:              # ... and so does the worker, as one process
-                self.events.log("crash_point", point="mid-call", call=name)
+                self.events.log("crash_point", point=armed, call=name)
                 os.kill(PID, signal.SIGKILL)
                 time.sleep(10)
             raise

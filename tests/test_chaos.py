@@ -88,7 +88,7 @@ def test_naive_sink_with_ack_delay_reports_duplicates_with_witnesses(redis_url):
     assert report.replay.startswith("IDEM=0 ACK_DELAY=0.01 python -m handson.chaos 4")
 
 
-# Each broken queue, the run that shows its bug, and the invariant it breaks
+# Each broken queue, the run that shows its bug, and the invariants it can break
 # (shared with the grader's tests, hence a data file next to the queues).
 RUNS = json.loads((CORPUS / "chaos_runs.json").read_text())
 BROKEN = {name: (run_["config"], run_["breaks"]) for name, run_ in RUNS.items()}
@@ -118,21 +118,30 @@ SHOWS = {
 }
 
 
+def _shows_the_bug(report, breaks: list[str]) -> None:
+    """Invalid, with one of the invariants the bug can break, and witnesses that
+    show each failure (one bug can surface two ways: a stale heartbeat that left
+    before a pause and landed after it is not provably stale, but the lease it
+    brought back hands the job out again after its ack)."""
+    text = report.text()
+    failed = [name for name, inv in report.invariants.items() if inv.ok is False]
+    assert report.verdict == "invalid", text
+    assert set(failed) & set(breaks), text
+    for name in failed:
+        inv = report.invariants[name]
+        assert inv.count >= 1 and inv.witnesses and f"FAIL {name}" in text
+        for witness in inv.witnesses:
+            assert witness.lstrip().startswith("doc-")
+            assert SHOWS[name](witness), witness
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("name", list(BROKEN))
 def test_broken_queue_is_invalid_with_the_right_invariant(name, seed, redis_url):
     """In every run: each broken queue's run has a fault quota that shows it."""
-    overrides, invariant = BROKEN[name]
+    overrides, breaks = BROKEN[name]
     cfg = ChaosConfig(queue=str(CORPUS / f"{name}.py"), seed=seed, **overrides)
-    report = _run(cfg, redis_url)
-    broken = report.invariants[invariant]
-    assert report.verdict == "invalid", report.text()
-    assert broken.ok is False and broken.count >= 1, report.text()
-    assert broken.witnesses
-    for witness in broken.witnesses:
-        assert witness.lstrip().startswith("doc-")
-        assert SHOWS[invariant](witness), witness
-    assert f"FAIL {invariant}" in report.text()
+    _shows_the_bug(_run(cfg, redis_url), breaks)
 
 
 @pytest.mark.parametrize("name", list(BROKEN))
@@ -379,10 +388,10 @@ def test_replay_command_as_printed_replays_a_failing_run(redis_url):
 # queue in the worker's process, both are quotas and every bug shows.
 BUILT = ["--min-zombies", "1", "--deadly-jobs", "1"]
 
-GRADED = {"ack_no_fence": "stale_ack_accepted",
-          "poison_never_counts": "over_delivered",
-          "reap_not_atomic": "over_delivered",     # and mostly handed_out_twice
-          "claim_two_trips": "lost", "ack_in_claim": "lost"}
+GRADED = {"ack_no_fence": ["stale_ack_accepted"],
+          "poison_never_counts": ["over_delivered"],
+          "reap_not_atomic": ["handed_out_twice", "over_delivered"],
+          "claim_two_trips": ["lost"], "ack_in_claim": ["lost"]}
 
 
 def _graded(name: str, seed: int, url: str):
@@ -397,12 +406,7 @@ def _graded(name: str, seed: int, url: str):
                                   "reap_not_atomic"])
 def test_graded_run_builds_the_faults_that_catch_each_bug(name, redis_url):
     """Zombies that ack late, a job that kills every worker, reapers that race."""
-    report = _graded(name, 7, redis_url)
-    broken = report.invariants[GRADED[name]]
-    assert report.verdict == "invalid" and broken.ok is False, report.text()
-    assert all(SHOWS[GRADED[name]](w) for w in broken.witnesses), broken.witnesses
-    twice = report.invariants["handed_out_twice"]
-    assert all(SHOWS["handed_out_twice"](w) for w in twice.witnesses), twice
+    _shows_the_bug(_graded(name, 7, redis_url), GRADED[name])
 
 
 @pytest.mark.parametrize("name", ["mini_correct", "alt_streams"])

@@ -205,6 +205,18 @@ def test_mid_call_crash_point_fires_inside_a_contract_call(r, redis_url, tmp_pat
     assert crash and crash[0]["call"] == "reap"
 
 
+def test_mid_claim_crash_point_fires_only_inside_claim(r, redis_url, tmp_path,
+                                                      workers):
+    q.enqueue(r, {"doc_id": 1, "text": "short"}, "doc-1")
+    w = Worker(redis_url, tmp_path, CRASH_POINT="mid-claim", CRASH_P=1)
+    workers.append(w)
+    assert w.proc.wait(timeout=30) == -signal.SIGKILL
+    events = w.read()
+    crash = [e for e in events if e["ev"] == "crash_point"]
+    assert [(e["point"], e["call"]) for e in crash] == [("mid-claim", "claim")]
+    assert not [e for e in events if e["ev"] == "claim"]     # died inside it
+
+
 def test_unknown_crash_point_and_missing_redis_url_say_what_to_do(redis_url,
                                                                  tmp_path):
     run = lambda env: subprocess.run(

@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from handson import produce, redis_server, setup_db, verify
+from handson.faults.server_clock import REPORT_MS, ServerClock
 from handson.queues.contract import ContractError, load_queue
 
 INVARIANTS = {
@@ -255,6 +256,11 @@ class Report:
                f"pauses={s['pauses']}"]
         if "faults" in s:
             out.append(self.faults_line())
+        if s.get("server_clock_gained_ms", 0) >= REPORT_MS:
+            out.append(f"the Redis server's clock gained "
+                       f"{s['server_clock_gained_ms']:.0f} ms on the workers' during "
+                       "the run (a step forward); leases run on the server's clock, "
+                       "so the judge allowed for it")
         if self.summary:
             out.append(verify.line(self.summary))
         out += ["", f"verdict: {self.verdict.upper()}"
@@ -356,6 +362,7 @@ class _Run:
         # (claims seen, fault, slot, when it was due: seconds or claims)
         self.schedule: list[tuple[int, str, int, float]] = []
         self.due = 0.0                  # the due point of the fault being injected
+        self.server_clock = ServerClock()
 
     # ---- processes -------------------------------------------------------
     def _spawn(self, args: list[str], chaos: bool) -> subprocess.Popen:
@@ -709,6 +716,7 @@ class _Run:
                         due["pause"] += gap(mean["pause"], rngs["pause"])
             if now >= next_check:
                 next_check = now + CHECK_S
+                self.server_clock.sample(r)
                 self._merge(ids, idset, wait=self.phase == "drain")
                 total = len(ids)
                 done = self._done(idset, queue, r)
@@ -882,8 +890,10 @@ class _Judge:
         """Jobs claimed again while an earlier attempt's lease surely still ran.
 
         Attempt a's lease was granted after its claim call started (t0), by
-        the server's clock, so it runs at least until t0 + lease; a claim that
-        returned before then (less a margin) got a job someone else held, unless
+        the server's clock, so it runs at least until t0 + lease, less what that
+        clock gained on ours meanwhile (a step forward expires every lease
+        early); a claim that returned before then (less a margin) got a job
+        someone else held, unless
         a had given it back with fail(), or died in a job that calls fail(). A
         claim after an accepted ack is a finished job handed out again.
         """
@@ -909,7 +919,9 @@ class _Judge:
                            for e in mine):
                         out.append(job)
                         break
-                    if b["t"] >= a.get("t0", a["t"]) + lease_ns - margin:
+                    start = a.get("t0", a["t"])
+                    gained = self.run.server_clock.gained_ns(start, b["t"])
+                    if b["t"] + gained >= start + lease_ns - margin:
                         continue
                     if any(e["ev"] == "fail" and e.get("t0", e["t"]) < b["t"]
                            for e in mine):
@@ -959,7 +971,9 @@ class _Judge:
         if how is None and any(k_pid == pid and t_claim <= k_t <= t
                                for k_t, k_pid in self.run.kills):
             how = "died"
-        if how not in ("acked", "failed") and t - t_claim < self.cfg.lease_s * 1e9:
+        gained = self.run.server_clock.gained_ns(t_claim, t)
+        if (how not in ("acked", "failed")
+                and t - t_claim + gained < self.cfg.lease_s * 1e9):
             return (f"(again, {(t - t_claim) / 1e9:.3f} s after attempt {a} was "
                     "claimed, before its lease could expire: handed out twice)")
         return {
@@ -1117,6 +1131,7 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
             return _unknown(cfg, str(err), empty)
         try:
             r = redis_server.connect(url, decode_responses=True)
+            run_.server_clock.sample(r)
             if hasattr(queue, "reset"):
                 queue.reset(r)
             else:
@@ -1131,6 +1146,7 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
                 with contextlib.suppress(_Aborted):   # a batch still in flight
                     run_._merge(ids, set(), wait=True)
             dead = list(queue.dead(r))
+            run_.server_clock.sample(r)
         except _Aborted as err:
             return _unknown(cfg, str(err), empty, run_)
         except redis_server.RedisUnavailable as err:
@@ -1161,6 +1177,7 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
                           f"{run_._log_tail()}")
         stats = judge.stats(elapsed)
         stats["worker_errors"] = run_.abnormal
+        stats["server_clock_gained_ms"] = round(run_.server_clock.gained_ns() / 1e6, 1)
         stats.update(_fault_stats(run_, elapsed, len(ids)))
         return Report(cfg, verdict, reason, invariants, stats, replay_command(cfg),
                       [p.pid for p in run_.started], judge.summary)

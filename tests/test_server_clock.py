@@ -1,0 +1,80 @@
+"""A step of the server's wall clock is the server's doing, not the queue's.
+
+A correct queue whose leases run on Redis TIME reaps every lease early when
+that clock is stepped forward (a resumed virtual machine does this); the judge
+must not call the early re-claims "handed out twice". Stepping the real clock
+in a test would move it for the whole machine, so the judge is fed readings.
+"""
+
+from types import SimpleNamespace
+
+from handson.faults.engine import ChaosConfig, _Judge
+from handson.faults.server_clock import ServerClock
+
+MS = 1_000_000
+BASE = 1_700_000_000 * 10**9          # the server's wall clock at monotonic 0
+
+
+def _clock(step_at_ms: float | None = None, step_ms: float = 0,
+           every_ms: int = 250, until_ms: int = 3000) -> ServerClock:
+    """Readings every 250 ms, 0.1 ms round trips; one step if asked."""
+    clock = ServerClock()
+    for at in range(0, until_ms, every_ms):
+        jump = step_ms if step_at_ms is not None and at >= step_at_ms else 0
+        clock.record(at * MS, at * MS + MS // 10, BASE + int((at + jump) * MS))
+    return clock
+
+
+def test_a_step_forward_counts_only_between_readings_that_span_it():
+    clock = _clock(step_at_ms=1300, step_ms=700)
+    assert clock.gained_ns(1000 * MS, 1700 * MS) >= 700 * MS
+    assert clock.gained_ns(1000 * MS, 1700 * MS) < 701 * MS
+    assert clock.gained_ns(200 * MS, 900 * MS) < MS         # before the step
+    assert clock.gained_ns(1800 * MS, 2600 * MS) < MS       # after it
+    assert clock.gained_ns() >= 700 * MS                    # the whole run
+
+
+def test_a_step_backward_or_a_steady_clock_gains_nothing():
+    assert _clock().gained_ns() < MS
+    assert _clock(step_at_ms=1300, step_ms=-700).gained_ns() < MS
+
+
+def test_a_slow_reading_is_dropped():
+    clock = ServerClock()
+    clock.record(0, 50 * MS, BASE)
+    assert clock.at == []
+
+
+def _judge(clock: ServerClock) -> _Judge:
+    """Attempt 1 claimed at 1.000 s, its worker killed at 1.003 s; attempt 2
+    claimed by another worker at 1.700 s: 0.7 s into a 1 s lease."""
+    judge = _Judge.__new__(_Judge)
+    judge.cfg = ChaosConfig(lease_s=1.0)
+    judge.run = SimpleNamespace(kills=[(1003 * MS, 11)], server_clock=clock)
+    judge.events = [
+        {"ev": "claim", "job": "doc-1", "pid": 11, "attempt": 1,
+         "t0": 999 * MS, "t": 1000 * MS},
+        {"ev": "claim", "job": "doc-1", "pid": 12, "attempt": 2,
+         "t0": 1699 * MS, "t": 1700 * MS},
+        {"ev": "ack", "job": "doc-1", "pid": 12, "attempt": 2, "t": 1710 * MS},
+    ]
+    judge.by_job = {"doc-1": judge.events}
+    return judge
+
+
+def test_re_claim_inside_the_lease_is_handed_out_twice_on_a_steady_clock():
+    judge = _judge(_clock())
+    assert judge._handed_twice() == ["doc-1"]
+    assert "handed out twice" in judge._why_again((1, 11, 1000 * MS), None,
+                                                  1700 * MS)
+
+
+def test_re_claim_after_the_server_clock_stepped_past_the_lease_is_not():
+    judge = _judge(_clock(step_at_ms=1300, step_ms=700))
+    assert judge._handed_twice() == []
+    assert "it was reaped" in judge._why_again((1, 11, 1000 * MS), None, 1700 * MS)
+
+
+def test_a_step_too_small_to_expire_the_lease_still_convicts():
+    judge = _judge(_clock(step_at_ms=1300, step_ms=100))
+    assert judge._handed_twice() == ["doc-1"]
