@@ -96,11 +96,12 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
 
 
 KILLS, PAUSES = 20, 5      # faults every graded chaos run must inject
-# Kills inside a call, at random (every poison document kills its worker as
-# well). A reap that never buries an expired job was caught in 1 of 3 sandboxed
-# runs without the poison kills, in 3 of 3 with them. More kills inside calls
-# catch a claim in two round trips more often (4 of 4 runs with six, 2 of 3
-# with two) but cost a grade 5 s more; the contract check catches it always.
+# Kills inside a call, at random, after a random one of its Redis replies: at
+# least CRASH_KILLS inside any call and as many inside claim() (every poison
+# document kills its worker as well). A reap that never buries an expired job
+# was caught in 1 of 3 sandboxed runs without the poison kills, in 3 of 3 with
+# them; a claim in two round trips in 2 of 3 with two kills inside any call,
+# in 10 of 10 with one more inside claim().
 CRASH_KILLS = 1
 # Zombies (paused workers that ack after their job's next claim) are built
 # when the run can, but not a quota: behind the sandbox a re-claim can take

@@ -133,8 +133,8 @@ class Crashes:
         """Call a contract function, marking it for the mid-call crash points."""
         self.call.name = name
         armed = self._armed(name) if self.remote is not None else None
-        if armed:                  # the learner's host dies after a Redis reply
-            self.remote.arm_crash(1)
+        if armed:    # the learner's host dies after one of the call's Redis replies
+            self.remote.arm_crash(self.rng.randint(1, self.remote.replies(name)))
         try:
             return fn(*args)
         except remote_module.LearnerProcessDied:

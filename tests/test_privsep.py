@@ -206,6 +206,10 @@ def ping(r):
 def bye(r):
     os._exit(7)
 
+def three(r):
+    for key in ("a", "b", "c"):
+        r.set(key, 1)
+
 def now():
     import time
     return time.time()
@@ -317,6 +321,28 @@ def test_armed_call_dies_after_a_redis_reply(learner_file, redis_url):
         mod.arm_crash(1)
         with pytest.raises(remote_module.LearnerProcessDied):
             mod.ping(r)
+    finally:
+        mod.close()
+
+
+def test_an_armed_call_can_die_after_any_of_its_round_trips(learner_file,
+                                                            redis_url):
+    """The host counts a call's replies, so a crash can land between any two."""
+    from handson.redis_server import connect
+
+    mod = remote_module.load(learner_file, [])
+    try:
+        r = connect(redis_url, decode_responses=True)
+        r.delete("a", "b", "c")
+        assert mod.replies("three") == 1              # nothing known yet
+        mod.three(r)                  # the first also reads the connection's hello
+        mod.three(r)
+        assert mod.replies("three") == 3
+        r.delete("a", "b", "c")
+        mod.arm_crash(2)
+        with pytest.raises(remote_module.LearnerProcessDied):
+            mod.three(r)
+        assert [r.exists(k) for k in "abc"] == [1, 1, 0]
     finally:
         mod.close()
 

@@ -378,14 +378,17 @@ _PATCH_LOCK = threading.Lock()
 def _crash_after_replies() -> None:
     """The chaos run's mid-call crash point, here where the Redis calls are.
 
-    Installed on the first request that asks for it (patching the class
-    reaches every connection, made before or after), so a host that never
-    talks to Redis never pays for importing it.
+    Installed on the first request that asks for it or brings a Redis client
+    (patching the class reaches every connection, made before or after), so a
+    host that never talks to Redis never pays for importing it.
 
     A request may carry `crash_after_reply: k`: the host SIGKILLs itself right
     after the k-th Redis reply of that call (the harness, seeing its host die
-    in a call it armed, logs the crash and dies too). A host that ignores it
-    only makes its chaos run fall short of its fault quota: unknown, no pass.
+    in a call it armed, logs the crash and dies too). Once installed, every
+    answer says how many Redis replies its call read (`replies`), so the
+    harness can draw k among a call's round trips. A host that ignores k, or
+    lies about its replies, only makes its chaos run fall short of its fault
+    quota: unknown, no pass.
     """
     with _PATCH_LOCK:
         if not _PATCHED:
@@ -400,6 +403,7 @@ def _patch_read_response() -> None:
 
     def read_response(conn, *args, **kwargs):
         reply = original(conn, *args, **kwargs)
+        _ARMED.replies = getattr(_ARMED, "replies", 0) + 1
         after = getattr(_ARMED, "after", None)
         if after:
             _ARMED.after = after - 1
@@ -426,9 +430,9 @@ def serve(module, inbox, outbox) -> None:
     def run(req) -> None:
         notes: list = []
         _REQUEST.id = req["id"]
-        if req.get("crash_after_reply"):
+        if req.get("crash_after_reply") or req.get("redis"):
             _crash_after_replies()
-        _ARMED.after = req.get("crash_after_reply")
+        _ARMED.after, _ARMED.replies = req.get("crash_after_reply"), 0
         try:
             args = decode(req.get("args", []), module, notes)
             kwargs = decode(req.get("kwargs", {}), module, notes)
@@ -444,7 +448,10 @@ def serve(module, inbox, outbox) -> None:
                 args = [clients[key], *args]
             value = getattr(module, req["fn"])(*args, **kwargs)
             _ARMED.after = None
-            reply({"id": req["id"], "ok": encode(value), "notes": notes})
+            answer = {"id": req["id"], "ok": encode(value), "notes": notes}
+            if _PATCHED:
+                answer["replies"] = _ARMED.replies
+            reply(answer)
         except BaseException as err:
             _ARMED.after = None
             reply({"id": req["id"], "notes": notes,

@@ -172,6 +172,7 @@ class _Host:
                                    env=env, text=True, bufsize=1, cwd=cwd)
         self.write_lock = threading.Lock()
         self.pending: dict[int, queue.SimpleQueue] = {}   # id -> its messages
+        self.replies: dict[str, int] = {}   # function -> Redis replies, last call
         self.ids = iter(range(1, 1 << 62))
         self.died: str | None = None
         self.hello: queue.SimpleQueue = queue.SimpleQueue()
@@ -299,6 +300,8 @@ class _Host:
             raise LearnerProcessDied(f"{self.what}'s process {self.died} during "
                                      f"{fn}()")
         notes.extend(reply.get("notes") or [])
+        if isinstance(reply.get("replies"), int):
+            self.replies[fn] = reply["replies"]
         if "error" in reply:
             err = reply["error"]
             raise _kind(err.get("type", "Exception"))(err.get("message", ""))
@@ -368,6 +371,10 @@ class RemoteModule:
     def arm_crash(self, after_replies: int) -> None:
         """The next call on this thread: the host dies after that many replies."""
         self._armed.k = after_replies
+
+    def replies(self, fn: str) -> int:
+        """Redis replies fn's last answered call read (1 until one is known)."""
+        return max(1, self._current().replies.get(fn, 1))
 
     def _local(self, value, callers: dict):
         if value is self:
