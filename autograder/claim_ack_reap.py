@@ -91,7 +91,6 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
             "--min-crash-kills", str(CRASH_KILLS),
             "--lease-s", "1.0", "--iters", str(ITERS), "--drain-timeout-s", "150",
             "--no-heartbeat", "--zombie-pauses", "--min-zombies", str(ZOMBIES),
-            "--deadly-jobs", str(DEADLY),
             "--poison-every", "200", "--reapers", "2"]
 
 
@@ -107,10 +106,6 @@ CRASH_KILLS = 1
 # when the run can, but not a quota: behind the sandbox a re-claim can take
 # longer than the engine waits, and a correct queue must never be "unknown".
 ZOMBIES = 0
-# Jobs the engine kills at each of their claims: behind the sandbox it can
-# miss a Streams queue's re-claims, so the poison documents' own crash point
-# makes the graded run's deadly jobs instead.
-DEADLY = 0
 ITERS = 12000              # work per job: long enough to be caught holding it
 # One run holds the whole quota: the quota, not the number of runs, sets how
 # hard the queue is tested, and a second run doubled the CPU of a grade.

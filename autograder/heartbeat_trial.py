@@ -44,6 +44,7 @@ import traceback
 import uuid
 from pathlib import Path
 
+from handson.faults.server_clock import ServerClock
 from handson.infra import remote_module
 from handson.queues.contract import load_queue
 from handson.redis_server import connect
@@ -179,9 +180,11 @@ class _Reaper(threading.Thread):
         super().__init__(daemon=True)
         self.q, self.r, self.requeued, self.dead = q, r, 0, 0
         self.halt = threading.Event()
+        self.clock = ServerClock()
 
     def run(self) -> None:
         while not self.halt.wait(0.05):
+            self.clock.sample(self.r)
             with contextlib.suppress(Exception):
                 a, b = self.q.reap(self.r, 3)
                 self.requeued += a
@@ -207,7 +210,20 @@ def long_jobs(module: str, url: str, tmp: Path) -> dict:
             "results": [(e["job"], e["held"]) for e in ev if e["ev"] == "result"],
             "acks": [(e["job"], e["ok"]) for e in ev if e["ev"] == "ack"],
             "errors": [e["error"] for e in ev if e["ev"] == "error"] + errors,
-            "jobs": LONG_JOBS}
+            "jobs": LONG_JOBS,
+            "clock_gained_ms": round(reaper.clock.gained_ns() / 1e6, 1)}
+
+
+def _long_jobs_twice_if_the_clock_jumped(run) -> dict:
+    """long_jobs again, once, if the server's clock gained a heartbeat's worth
+    (its leases then end early through no fault of the learner's)."""
+    first = run()
+    if first.get("clock_gained_ms", 0) < LEASE_S * 1000 / 3:
+        return first
+    again = run()
+    again["rerun"] = (f"the first run was set aside: the Redis server's clock "
+                      f"gained {first['clock_gained_ms']:.0f} ms during it")
+    return again
 
 
 def frozen(module: str, url: str, tmp: Path) -> dict:
@@ -355,7 +371,8 @@ def trial(module: str, url: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="eo-hb-") as tmp:
         for name, fn in (("stops", lambda: stops(module, url)),
                          ("final_check", lambda: final_check(module, url)),
-                         ("long_jobs", lambda: long_jobs(module, url, Path(tmp))),
+                         ("long_jobs", lambda: _long_jobs_twice_if_the_clock_jumped(
+                             lambda: long_jobs(module, url, Path(tmp)))),
                          ("frozen", lambda: frozen(module, url, Path(tmp)))):
             if "NotImplementedError" in out.get("stops", {}).get("error", ""):
                 out[name] = {"crashed": "skipped: run_with_heartbeat still raises "

@@ -78,3 +78,15 @@ def test_re_claim_after_the_server_clock_stepped_past_the_lease_is_not():
 def test_a_step_too_small_to_expire_the_lease_still_convicts():
     judge = _judge(_clock(step_at_ms=1300, step_ms=100))
     assert judge._handed_twice() == ["doc-1"]
+
+
+def test_heartbeat_trial_reruns_long_jobs_once_when_the_clock_jumped():
+    from autograder.heartbeat_trial import _long_jobs_twice_if_the_clock_jumped
+
+    runs = iter([{"clock_gained_ms": 700.0, "acks": "first"},
+                 {"clock_gained_ms": 0.4, "acks": "second"}])
+    got = _long_jobs_twice_if_the_clock_jumped(lambda: next(runs))
+    assert got["acks"] == "second" and "gained 700 ms" in got["rerun"]
+    steady = iter([{"clock_gained_ms": 0.4, "acks": "only"}])
+    assert _long_jobs_twice_if_the_clock_jumped(lambda: next(steady)) == {
+        "clock_gained_ms": 0.4, "acks": "only"}
