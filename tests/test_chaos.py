@@ -383,10 +383,13 @@ def test_replay_command_as_printed_replays_a_failing_run(redis_url):
 
 
 # --- built faults: zombies and deadly jobs catch each corpus bug every time -----
-# The graded run builds zombies when it can, without a quota for them or for
-# deadly jobs (behind the sandbox the engine can miss a claim); here, with the
-# queue in the worker's process, both are quotas and every bug shows.
-BUILT = ["--min-zombies", "1", "--deadly-jobs", "1"]
+# The graded run builds zombies when it can, without a quota for them (behind
+# the sandbox the engine can miss a claim); here, with the queue in the
+# worker's process, they are a quota and every bug shows. Its deadly jobs are
+# the poison documents: the crash point on-poison:1 kills whoever holds one,
+# at every attempt. (The engine's chase, --deadly-jobs, races a worker to kill
+# it and fell short of its quota on a loaded machine.)
+BUILT = ["--min-zombies", "1"]
 
 GRADED = {"ack_no_fence": ["stale_ack_accepted"],
           "poison_never_counts": ["over_delivered"],
@@ -414,7 +417,9 @@ def test_graded_run_keeps_correct_queues_valid_with_its_quota(name, redis_url):
     report = _graded(name, 7, redis_url)
     assert report.verdict == "valid", report.text()
     f = report.stats["faults"]
-    assert f["kills"] >= 20 and f["pauses"] >= 5 and f["deadly_jobs"] >= 1, f
-    assert f["zombies"] >= 1, f
+    assert f["kills"] >= 20 and f["pauses"] >= 5 and f["zombies"] >= 1, f
+    crashes = f["crash_kills"]
+    assert crashes["mid-call"] >= 1 and crashes["mid-claim"] >= 1, f
+    assert crashes["on-poison"] >= report.config.max_attempts, f   # a deadly job
     text = report.text()
-    assert "jobs killed at every attempt" in text and "zombies" in text
+    assert "at on-poison" in text and "zombies" in text
