@@ -90,3 +90,15 @@ def test_heartbeat_trial_reruns_long_jobs_once_when_the_clock_jumped():
     steady = iter([{"clock_gained_ms": 0.4, "acks": "only"}])
     assert _long_jobs_twice_if_the_clock_jumped(lambda: next(steady)) == {
         "clock_gained_ms": 0.4, "acks": "only"}
+
+
+def test_the_report_says_how_much_the_clock_gained_only_when_it_did():
+    from handson.faults.engine import Report
+
+    stats = {"kills": 0, "crash_kills": 0, "pauses": 0, "dlq": 0, "elapsed_s": 1.0,
+             "unacked": {"died": 0, "refused": 0}, "applied_histogram": {},
+             "delivery_histogram": {}}
+    text = lambda ms: Report(ChaosConfig(), "valid", "", {},
+                             dict(stats, server_clock_gained_ms=ms), "cmd").text()
+    assert "clock gained 704 ms on the workers'" in text(703.9)
+    assert "clock gained" not in text(4.8)
