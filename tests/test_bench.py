@@ -1,4 +1,4 @@
-"""The benchmark end to end at a tiny size: the reference queue and the PING loop.
+"""The benchmark at a tiny size: the reference queue, the PING loop, the turns.
 
 The peers (RQ, Celery, huey, dramatiq) are installed only by `make bench`, so
 these tests run the part that needs none of them. No rate is asserted: a
@@ -7,10 +7,13 @@ benchmark's numbers belong in its report, not in a pass/fail test.
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
+import redis
 
 from handson.bench import run, systems
 
@@ -32,15 +35,45 @@ def test_reference_and_ping_end_to_end():
         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
-    got = {(x["system"], x["workers"], x["placement"]) for x in report["results"]}
-    assert got == {(s, w, p) for s in ("ping", "reference", "reference-batched")
-                   for w in (1,) for p in ("together", "apart")}
-    assert all(x["rate"] > 0 and len(x["rates"]) == 1 for x in report["results"])
-    assert all(x["server_us_per_job"] > 0 for x in report["results"])
-    goals = {g["goal"] for g in report["goals"]}
-    assert "reference >= 90% of PING/2 per worker (1w, together)" in goals
+    got = {(x["system"], x["workers"], x["placement"]): x for x in report["results"]}
+    assert set(got) == {(s, w, p) for s in ("ping", "reference", "reference-batched")
+                        for w in (1,) for p in ("together", "apart")}
+    rounds = run.PLANS["small"].rounds
+    for (system, _w, _p), x in got.items():
+        # The reference runs before, between and after the two others' windows.
+        windows = rounds * 3 if system == "reference" else rounds
+        assert len(x["rates"]) == windows and all(v > 0 for v in x["rates"])
+        assert len(x["anchor"]) == (0 if system == "reference" else rounds)
+        assert x["server_us_per_job"] > 0
+    goals = {g["goal"]: g for g in report["goals"]}
+    ping = goals["reference >= 90% of PING/2 per worker (1w, together)"]
+    assert ping["rounds"] == rounds
+    assert ping["value"] == got[("reference", 1, "together")]["vs_ping_half"]
     assert "batched > 50,000 jobs/s per worker (1w, apart)" in goals
-    assert "ping, together, 1 worker(s)" in res.stderr      # progress is shown
+    assert "together, 1 worker(s): starting ping" in res.stderr   # progress
+    assert f"round 1/{rounds}" in res.stderr
+
+
+def test_a_paused_system_takes_no_job_and_a_window_tops_it_up(redis_url, tmp_path,
+                                                              monkeypatch):
+    monkeypatch.setitem(run.FIRST_FILL, "reference", 50)
+    r = redis.Redis.from_url(redis_url)
+    r.flushall()
+    turns = run.Turns("reference", r, redis_url, 1, str(tmp_path), None)
+    try:
+        paused_at = turns.count()
+        assert 0 < paused_at <= 50                # it took a job, then stopped
+        time.sleep(0.3)
+        assert turns.count() == paused_at         # paused: nothing moved
+        rates = [turns.window(0.05) for _ in range(5)]
+        # Fifty jobs cannot last five windows; each window found its queue
+        # topped up to three windows' worth before it ran, and none ran dry.
+        assert turns.filled > 50 and turns.count() > 50
+        assert all(v > 0 for v in rates) and turns.rates == rates
+        assert turns.count() < turns.filled
+    finally:
+        turns.close()
+    assert all(p.poll() is not None for p in turns.procs)   # stopped while paused
 
 
 def test_placement_pins_the_workers_and_the_server(redis_url, tmp_path):
@@ -52,13 +85,17 @@ def test_placement_pins_the_workers_and_the_server(redis_url, tmp_path):
                       worker_cpus)
     proc.wait(timeout=60)
     assert proc.returncode == 2          # unknown system: usage, exit 2
-    code = ("import os; from handson.bench import worker; worker.main(['ping', '1']);"
-            "print(sorted(os.sched_getaffinity(0)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                         text=True, timeout=60,
-                         env={**os.environ, "BENCH_REDIS_URL": redis_url,
-                              "BENCH_CPUS": ",".join(map(str, worker_cpus))})
-    assert out.stdout.strip().splitlines()[-1] == str(sorted(worker_cpus))
+    r = redis.Redis.from_url(redis_url)
+    before = run.pings(r)
+    ping = run._spawn(["ping"], redis_url, str(tmp_path), "ping", worker_cpus)
+    try:
+        deadline = time.monotonic() + 60
+        while run.pings(r) == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert run.pings(r) > before                    # the loop is counted
+        assert os.sched_getaffinity(ping.pid) == worker_cpus
+    finally:
+        run._stop([ping])
 
 
 def test_unknown_placement_is_one_clear_line():
@@ -67,11 +104,13 @@ def test_unknown_placement_is_one_clear_line():
     assert res.returncode == 2 and "invalid choice: 'sideways'" in res.stderr
 
 
-def test_filled_reference_queue_holds_exactly_n_jobs(r, redis_url, monkeypatch):
+def test_filling_adds_to_what_waits_with_new_job_ids(r, redis_url, monkeypatch):
     monkeypatch.setenv("BENCH_REDIS_URL", redis_url)
     ref = systems.SYSTEMS["reference"]
     ref.fill(r, 2500)
-    assert ref.remaining(r) == 2500
+    ref.fill(r, 30)                      # a top-up, while the worker is paused
+    assert ref.remaining(r) == 2530      # an id used twice would be one job
+    assert systems.SYSTEMS["reference-batched"].remaining(r) == 0
 
 
 def test_missing_peer_says_how_to_install(monkeypatch):
@@ -80,36 +119,88 @@ def test_missing_peer_says_how_to_install(monkeypatch):
     assert systems.SYSTEMS["reference"].missing() is None
 
 
+def _result(system, rates, anchor=(), repeats=1):
+    return run.Result(system, 1, 10, list(rates), [1.0] * repeats, "unpinned",
+                      list(anchor), repeats)
+
+
+def _report(results):
+    return {"results": [vars(x) | {"rate": x.rate, "per_worker": x.per_worker,
+                                   "server_us_per_job": x.server_us_median,
+                                   "vs_ping_half": run._vs_ping_half(results, x)}
+                        for x in results],
+            "skipped": {"celery": "celery is not installed"},
+            "goals": run.goals(results)}
+
+
 def test_table_marks_goals_met_or_short():
-    results = [run.Result("ping", 1, 10, [20_000.0], [1.0]),
-               run.Result("reference", 1, 10, [9_500.0], [30.0]),
-               run.Result("rq", 1, 10, [500.0], [90.0]),
-               run.Result("reference-batched", 1, 10, [40_000.0], [12.0])]
-    report = {"results": [vars(x) | {"rate": x.rate, "per_worker": x.per_worker,
-                                     "server_us_per_job": x.server_us_median}
-                          for x in results],
-              "skipped": {"celery": "celery is not installed"},
-              "goals": run.goals(results)}
-    text = run.table(report)
+    # Each window of the others is compared with the reference's rate around it.
+    results = [_result("ping", [20_000.0], anchor=[9_500.0]),
+               _result("reference", [9_500.0] * 4),
+               _result("rq", [500.0], anchor=[9_500.0]),
+               _result("reference-batched", [40_000.0], anchor=[9_500.0])]
+    text = run.table(_report(results))
     assert "MET   reference >= 90% of PING/2 per worker (1w, unpinned): 95%" in text
     assert "MET   reference >= 10x RQ (1w, unpinned): 19.0x" in text
     assert "SHORT batched > 50,000 jobs/s per worker (1w, unpinned): 40,000" in text
-    assert "celery             skipped: celery is not installed" in text
+    assert "4.2x the reference beside it" in text
+    assert "celery            skipped: celery is not installed" in text
+    assert max(len(line) for line in text.splitlines()) <= 90   # fits the page
 
 
-def test_goals_show_each_rounds_ratio_and_their_spread():
-    """Repeated rounds: the ratio of each round alone, and how far they spread."""
-    results = [run.Result("ping", 1, 10, [20_000.0, 10_000.0, 20_000.0], [1.0] * 3),
-               run.Result("reference", 1, 10, [9_000.0, 5_000.0, 8_000.0],
-                          [30.0] * 3),
-               run.Result("rq", 1, 10, [900.0, 500.0, 1_000.0], [90.0] * 3)]
+def test_each_round_compares_the_reference_beside_it_and_repeats_spread():
+    """The machine's speed halves in the second round: the ratios do not move."""
+    results = [_result("ping", [20_000.0, 10_000.0, 20_000.0, 20_000.0],
+                       anchor=[9_000.0, 4_500.0, 8_000.0, 10_000.0], repeats=2),
+               _result("reference", [9_000.0] * 8, repeats=2),
+               _result("rq", [900.0, 450.0, 1_000.0, 1_000.0],
+                       anchor=[9_000.0, 4_500.0, 8_000.0, 10_000.0], repeats=2)]
     goals = {g["goal"].split(" (")[0]: g for g in run.goals(results)}
     ping = goals["reference >= 90% of PING/2 per worker"]
-    assert ping["rounds"] == [0.9, 1.0, 0.8]
-    assert abs(ping["spread"] - 0.2 / 0.9) < 1e-9
-    assert goals["reference >= 10x RQ"]["rounds"] == [10.0, 10.0, 8.0]
-    report = {"results": [], "skipped": {}, "goals": run.goals(results)}
-    assert "(rounds 0.9, 1, 0.8: spread 22%)" in run.table(report)
-    one = run.goals([run.Result("ping", 1, 10, [2.0], [1.0]),
-                     run.Result("reference", 1, 10, [1.0], [1.0])])
-    assert "spread" not in one[0]
+    assert ping["value"] == pytest.approx(0.9) and ping["rounds"] == 4
+    assert ping["repeats"] == pytest.approx([0.9, 0.9])
+    assert ping["spread"] == pytest.approx(0.0)
+    rq = goals["reference >= 10x RQ"]
+    assert rq["repeats"] == pytest.approx([10.0, 9.0])
+    assert rq["spread"] == pytest.approx(1 / 9.5)
+    assert "repeats 10, 9: spread 11%" in run.table(_report(results))
+    one = run.goals([_result("ping", [2.0], anchor=[1.0]),
+                     _result("reference", [1.0, 1.0])])
+    assert "spread" not in one[0] and "middle" not in one[0]
+
+
+def _workers_of(pid: int) -> list[int]:
+    """Bench workers started by runner `pid` that still exist."""
+    mark = f"BENCH_PARENT={pid}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except (FileNotFoundError, PermissionError, ProcessLookupError,
+                NotADirectoryError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_runner_leaves_no_paused_worker_behind(sig):
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "handson.bench", "--size", "small", "--workers", "1",
+         "--only", "reference", "--placement", "together"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in runner.stderr:           # kill it while its workers are paused
+            if "round 1/" in line:
+                break
+        assert len(_workers_of(runner.pid)) == 2      # ping and the reference
+        runner.send_signal(sig)
+        runner.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _workers_of(runner.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _workers_of(runner.pid) == []
+    finally:
+        if runner.poll() is None:
+            runner.kill()

@@ -1,7 +1,8 @@
 """Each system under test: how to fill it, how to count what is left, how to work.
 
-A system is three functions. `fill(r, n)` enqueues n no-op jobs before any
-worker starts; `remaining(r)` counts jobs still waiting, read straight from the
+A system is three functions. `fill(r, n)` adds n no-op jobs to what is waiting
+(the runner tops a queue up while its workers are paused); `remaining(r)` counts
+jobs still waiting, read straight from the
 broker's list so the probe costs the same for everyone; `work()` runs in a
 worker process (one job at a time, as a single-threaded worker) until killed.
 """
@@ -22,7 +23,8 @@ from handson.bench import tasks
 
 LEASE_S = 60.0
 BATCH = 100
-FILL_CHUNK = 1000
+BATCHED_QUEUE = "qb"
+FILL_CHUNK = 10_000             # jobs per fill call (the server is busy meanwhile)
 
 
 @dataclass(frozen=True)
@@ -47,19 +49,38 @@ def _client() -> redis.Redis:
 
 
 # -- the reference queue ---------------------------------------------------------
+# One worker per job and the batched worker get queues of their own, so both can
+# be loaded at once on one server.
 
-def _ref_fill(r: redis.Redis, n: int) -> None:
-    q.reset(r)
-    q.enqueue(r, {}, job_id="j0", max_pending=n + 1)   # loads the script
-    for start in range(1, n, FILL_CHUNK):
-        pipe = r.pipeline(transaction=False)
-        for i in range(start, min(n, start + FILL_CHUNK)):
-            q.enqueue(pipe, {}, job_id=f"j{i}", max_pending=n + 1)
-        pipe.execute()
+UNBOUNDED = 10**9
 
 
-def _ref_remaining(r: redis.Redis) -> int:
-    return r.llen(q.PENDING)
+# The queue's own enqueue script, run once per job in a loop on the server: the
+# same state as n calls of q.enqueue, without n round trips of packing in Python.
+_FILL = f"""
+local function enqueue(KEYS, ARGV)
+{q._ENQUEUE}
+end
+for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do
+  enqueue(KEYS, {{'j' .. i, '{{}}', ARGV[3], ARGV[4]}})
+end
+"""
+
+
+def _ref_filler(queue: str) -> Callable[[redis.Redis, int], None]:
+    def fill(r: redis.Redis, n: int) -> None:
+        first = r.incrby(f"bench:{queue}:filled", n) - n    # job ids stay unique
+        k = q.keys(queue)
+        script = r.register_script(_FILL)
+        for start in range(first, first + n, FILL_CHUNK):
+            script(keys=[k.pending, k.jobs, k.done],
+                   args=[start, min(first + n, start + FILL_CHUNK) - 1, UNBOUNDED,
+                         q._done_ttl_ms()])
+    return fill
+
+
+def _ref_counter(queue: str) -> Callable[[redis.Redis], int]:
+    return lambda r: r.llen(q.keys(queue).pending)
 
 
 def _ref_work() -> None:
@@ -77,13 +98,14 @@ def _ref_work() -> None:
 def _ref_work_batched() -> None:
     r = _client()
     while True:
-        jobs = q.claim_batch(r, LEASE_S, BATCH)
+        jobs = q.claim_batch(r, LEASE_S, BATCH, queue=BATCHED_QUEUE)
         if not jobs:
             time.sleep(0.001)
             continue
         for _job in jobs:
             tasks.noop()
-        q.ack_batch(r, [(job_id, attempt) for job_id, _p, attempt in jobs])
+        q.ack_batch(r, [(job_id, attempt) for job_id, _p, attempt in jobs],
+                    queue=BATCHED_QUEUE)
 
 
 # -- RQ ------------------------------------------------------------------------
@@ -172,9 +194,9 @@ def _dramatiq_work() -> None:
 
 
 SYSTEMS = {s.name: s for s in [
-    System("reference", _ref_fill, _ref_remaining, _ref_work),
-    System("reference-batched", _ref_fill, _ref_remaining, _ref_work_batched,
-           batched=True),
+    System("reference", _ref_filler("q"), _ref_counter("q"), _ref_work),
+    System("reference-batched", _ref_filler(BATCHED_QUEUE),
+           _ref_counter(BATCHED_QUEUE), _ref_work_batched, batched=True),
     System("rq", _rq_fill, _rq_remaining, _rq_work, needs="rq"),
     System("celery", _celery_fill, _celery_remaining, _celery_work, needs="celery"),
     System("huey", _huey_fill, _huey_remaining, _huey_work, needs="huey"),
