@@ -174,7 +174,7 @@ def test_replay_command_parses_back_to_the_same_config():
     cfg = ChaosConfig(queue="q2.py", docs=300, workers=3, seed=9, idem=False,
                       ack_delay=0.01, crash_points=("after-commit", "mid-call"),
                       crash_p=0.2, heartbeat=False, lease_s=0.5, reapers=2,
-                      zombie_pauses=True, deadly_jobs=2)
+                      zombie_pauses=True, min_reaps=2)
     env_cmd = replay_command(cfg).split()
     env = dict(kv.split("=") for kv in env_cmd if "=" in kv and "--" not in kv)
     argv = env_cmd[env_cmd.index("handson.chaos") + 1:]
@@ -387,8 +387,7 @@ def test_replay_command_as_printed_replays_a_failing_run(redis_url):
 # the sandbox the engine can miss a claim); here, with the queue in the
 # worker's process, they are a quota and every bug shows. Its deadly jobs are
 # the poison documents: the crash point on-poison:1 kills whoever holds one,
-# at every attempt. (The engine's chase, --deadly-jobs, races a worker to kill
-# it and fell short of its quota on a loaded machine.)
+# at every attempt, from inside the worker, so no kill races the job.
 BUILT = ["--min-zombies", "1"]
 
 GRADED = {"ack_no_fence": ["stale_ack_accepted"],

@@ -23,9 +23,9 @@ waits for the drain, and then judges:
 
 Besides faults at random, a run can build the interleavings that expose a bug
 on purpose: a zombie pause keeps its worker stopped until the job it holds has
-been claimed again, then stops the new holder while the zombie answers; a
-deadly job has every worker that claims it killed, max_attempts times; extra
-reapers race the workers' own reap calls.
+been claimed again, then stops the new holder while the zombie answers; extra
+reapers race the workers' own reap calls. (A job that kills every worker that
+claims it comes from the workers themselves: crash point "on-poison:1".)
 
 Stale-ness is decided from the workers' event logs: every worker stamps its
 events with CLOCK_MONOTONIC, which is one clock for the whole machine, and an
@@ -118,14 +118,10 @@ class ChaosConfig:
     # claims, so a seed replays the same schedule on any machine at any speed.
     kill_every_claims: int = 0
     pause_every_claims: int = 0
-    # Faults built on purpose rather than at random. A deadly job is one whose
-    # every worker the engine kills as soon as its claim shows in the logs, like
-    # a document that crashes the process, until it has died max_attempts times
-    # (a queue that counts only fail() never buries it). With zombie_pauses a
+    # Faults built on purpose rather than at random. With zombie_pauses a
     # paused worker stays stopped until its job has been claimed again, then
     # the new holder is stopped while the zombie acks, so a late ack meets a
     # newer attempt for certain; a pause ends at pause_s (or 6 leases) anyway.
-    deadly_jobs: int = 0             # quota: jobs killed max_attempts times each
     zombie_pauses: bool = False
     min_zombies: int = 0             # quota: zombies that answered past a new claim
 
@@ -155,7 +151,7 @@ class ChaosConfig:
     def quota(self) -> dict[str, int]:
         """Faults by kind that the run must inject before its chaos may stop."""
         q = {"kills": self.min_kills, "pauses": self.min_pauses,
-             "reaps": self.min_reaps, "deadly": self.deadly_jobs,
+             "reaps": self.min_reaps,
              "zombies": self.min_zombies}
         q.update({f"crash:{p}": self.min_crash_kills for p in self.crash_dice})
         return {k: v for k, v in q.items() if v}
@@ -168,8 +164,7 @@ class ChaosConfig:
     @property
     def chaotic(self) -> bool:
         return bool(self.kill_every or self.pause_every or self.kill_every_claims
-                    or self.pause_every_claims or self.quota or self.deadly_jobs
-                    or self.crashing)
+                    or self.pause_every_claims or self.quota or self.crashing)
 
 
 @dataclass
@@ -235,9 +230,6 @@ class Report:
         parts += [one(f"at {p}", f"crash:{p}", n)
                   for p, n in f["crash_kills"].items()]
         parts.append(one("leases reaped", "reaps", f["leases_reaped"]))
-        if "deadly_jobs" in f:
-            parts.append(one("jobs killed at every attempt", "deadly",
-                             f["deadly_jobs"]))
         if "raced_reaps" in f:
             parts.append(f"leases reaped by {self.config.reapers} racing reapers "
                          f"{f['raced_reaps']}")
@@ -351,9 +343,6 @@ class _Run:
         self.zombies: dict[int, tuple[int, str, int, int]] = {}
         self.holds: dict[int, tuple[int, str]] = {}
         self.zombies_made = 0
-        self.chase: dict[str, float] = {}            # deadly job -> last kill at
-        self.chase_kills: list[tuple[int, int]] = []  # (t_ns, pid)
-        self.deadly_done = 0
         self.abnormal = 0
         self.phase = "chaos" if cfg.chaotic else "drain"
         self.tally = _Tally(self.events_dir)
@@ -481,46 +470,6 @@ class _Run:
             if now >= until:
                 self._resume(slot)
 
-    def _chase(self) -> None:
-        """Kill every worker that claims a deadly job, until it died max_attempts.
-
-        A new chase takes a fresh first claim whose worker still holds the job;
-        a chase whose job was answered (acked, failed: the kill came too late)
-        is dropped and another one starts. The chases run side by side.
-        """
-        fresh, self.tally.fresh = self.tally.fresh, []
-        if self.phase != "chaos" or self.deadly_done >= self.cfg.deadly_jobs:
-            return
-        slot_of = {p.pid: i for i, p in enumerate(self.procs) if p is not None}
-        want = self.cfg.deadly_jobs
-        now = time.monotonic()
-        for job, since in list(self.chase.items()):
-            last = self.tally.claims_of[job][-1][1]
-            # answered before the kill (missed), or never claimed again (it
-            # died some other way, in a claim() killed mid-call, say)
-            if ((last, job) in self.tally.ended
-                    or now - since > 4 * self.cfg.lease_s + 2):
-                del self.chase[job]
-        for job, attempt, pid in fresh:
-            slot = slot_of.get(pid)
-            if _poison(job, self.cfg.poison_every):   # it calls fail() at once
-                continue
-            if (slot is None or slot in self.paused or self.tally.job_of(pid) != job
-                    or (job not in self.chase and (attempt != 1 or self.deadly_done
-                                                   + len(self.chase) >= want))):
-                continue
-            self.chase[job] = now
-            t = time.monotonic_ns()
-            self.kills.append((t, pid))
-            self.chase_kills.append((t, pid))
-            self._signal(self.procs[slot], signal.SIGKILL)
-            self.procs[slot].wait(timeout=10)
-            self.zombies.pop(slot, None)
-            self._start_slot(slot)
-            if attempt >= self.cfg.max_attempts:
-                del self.chase[job]
-                self.deadly_done += 1
-
     def stop_all(self) -> None:
         """SIGCONT, SIGTERM, then SIGKILL whatever is left; wait for every child."""
         live = [p for p in self.started if p.poll() is None]
@@ -599,8 +548,8 @@ class _Run:
         slots = [i for i in range(self.cfg.workers) if i not in self.paused
                  and self.procs[i].pid not in answering]
         if busy:
-            slots = [i for i in slots if self.tally.job_of(self.procs[i].pid)
-                     not in (None, *self.chase)]
+            slots = [i for i in slots
+                     if self.tally.job_of(self.procs[i].pid) is not None]
         return slots[rng.randrange(len(slots))] if slots else None
 
     def faults(self) -> dict[str, int]:
@@ -609,9 +558,8 @@ class _Run:
         # may yet be struck off (see _tend_pauses): it counts once it is kept.
         pending = {(z[3], z[0]) for z in self.zombies.values()}
         pauses = sum(1 for t, pid, _ in self.pauses if (t, pid) not in pending)
-        out = {"kills": len(self.kills) - len(self.chase_kills),
-               "pauses": pauses, "reaps": self.tally.reaped,
-               "deadly": self.deadly_done, "zombies": self.zombies_made}
+        out = {"kills": len(self.kills), "pauses": pauses,
+               "reaps": self.tally.reaped, "zombies": self.zombies_made}
         out.update({f"crash:{p}": self.tally.crash[p] for p in self.cfg.crash_names})
         return out
 
@@ -692,7 +640,6 @@ class _Run:
             now = time.monotonic()
             self.tally.update()
             self._tend_pauses(now)
-            self._chase()
             for slot, p in enumerate(self.procs):
                 rc = p.poll()
                 if rc is not None:
@@ -757,9 +704,7 @@ class _Run:
                 self.progress({"done": done, "total": total, "kills": len(self.kills),
                                "pauses": len(self.pauses),
                                "elapsed_s": round(now - t0, 1), "phase": self.phase})
-            time.sleep(FAST_TICK_S if self.zombies or self.chase or (
-                self.phase == "chaos" and self.deadly_done < cfg.deadly_jobs)
-                else TICK_S)
+            time.sleep(FAST_TICK_S if self.zombies else TICK_S)
 
 
 _DONE_EVENTS = tuple(f'"ev": "{e}"'.encode() for e in (
@@ -782,7 +727,6 @@ class _Tally:
         self.claims_of: dict[str, list[tuple[int, int]]] = defaultdict(list)
         self.ended: dict[tuple[int, str], int] = {}   # (pid, job) -> t it answered
         self.acked: set[str] = set()                 # jobs with an accepted ack
-        self.fresh: list[tuple[str, int, int]] = []  # claims since last taken
 
     def update(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -804,7 +748,6 @@ class _Tally:
                             job, attempt = str(e["job"]), int(e["attempt"])
                             self.holding[pid] = (job, attempt)
                             self.claims_of[job].append((attempt, pid))
-                            self.fresh.append((job, attempt, pid))
                     elif any(e in line for e in _DONE_EVENTS):
                         self.holding[pid] = None
                         with contextlib.suppress(ValueError, KeyError):
@@ -1192,7 +1135,7 @@ def _short_reason(short: dict[str, tuple[int, int]], chaos_s: float) -> str:
 
 def _kind(key: str) -> str:
     return (f"kills at crash point {key[6:]}" if key.startswith("crash:")
-            else {"reaps": "leases reaped", "deadly": "jobs killed at every attempt",
+            else {"reaps": "leases reaped",
                   "zombies": "zombies that answered while their job's new claim "
                              "was held"}.get(key, key))
 
@@ -1203,8 +1146,6 @@ def _fault_stats(run_: _Run, elapsed: float, enqueued: int) -> dict:
     faults = {"kills": got["kills"], "pauses": got["pauses"],
               "crash_kills": {p: got[f"crash:{p}"] for p in run_.cfg.crash_names},
               "leases_reaped": got["reaps"]}
-    if run_.cfg.deadly_jobs:
-        faults.update(deadly_jobs=got["deadly"], deadly_kills=len(run_.chase_kills))
     if run_.cfg.zombie_pauses:
         faults["zombies"] = run_.zombies_made
     if run_.cfg.reapers:           # leases taken back by the racing reapers
