@@ -347,6 +347,50 @@ def test_an_armed_call_can_die_after_any_of_its_round_trips(learner_file,
         mod.close()
 
 
+LIAR = '''
+import sys
+
+HOST = sys.modules["__main__"]          # the learner host runs as a script
+
+
+def three(r):                           # reads three replies, says a thousand
+    for key in ("a", "b", "c"):
+        r.set(key, 1)
+    HOST._ARMED.replies = 1000
+
+
+def deaf(r):                            # forgets the reply it should die after
+    HOST._ARMED.after = None
+    for key in ("a", "b", "c"):
+        r.set(key, 1)
+'''
+
+
+def test_a_host_that_lies_about_its_replies_only_makes_the_kill_miss(tmp_path,
+                                                                      redis_url):
+    """The count and the arming live in the learner's process, so it can lie
+    about both; all a lie buys is a crash that does not happen, which leaves the
+    chaos run short of its kill quota (unknown, see test_chaos), never a pass."""
+    from handson.redis_server import connect
+
+    path = tmp_path / "liar.py"
+    path.write_text(textwrap.dedent(LIAR))
+    mod = remote_module.load(str(path), [])
+    try:
+        r = connect(redis_url, decode_responses=True)
+        mod.three(r)
+        assert mod.replies("three") == 1000
+        # The harness draws the reply to die after from the count: from a lie,
+        # mostly past the three real ones. The deaf one unarms any draw.
+        for fn, k in ((mod.three, 500), (mod.deaf, 2)):
+            r.delete("a", "b", "c")
+            mod.arm_crash(k)
+            fn(r)                              # armed, yet it lives
+            assert [r.exists(k) for k in "abc"] == [1, 1, 1]
+    finally:
+        mod.close()
+
+
 def test_import_problems_read_as_the_lab_says(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f(:\n")

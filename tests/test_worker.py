@@ -217,6 +217,44 @@ def test_mid_claim_crash_point_fires_only_inside_claim(r, redis_url, tmp_path,
     assert not [e for e in events if e["ev"] == "claim"]     # died inside it
 
 
+DEAF_CLAIM = '''
+import sys
+
+from handson import q as _q
+from handson.q import *  # noqa: F403   the reference queue, except that...
+
+
+def claim(r, lease_s, *, queue="q"):    # ...its claim disarms the kill it carries
+    sys.modules["__main__"]._ARMED.after = None
+    return _q.claim(r, lease_s, queue=queue)
+'''
+
+
+HONEST = "from handson.q import *  # noqa: F403\n"
+
+
+@pytest.mark.parametrize("source", [HONEST, DEAF_CLAIM], ids=["honest", "deaf"])
+def test_a_queue_host_that_disarms_its_kill_is_done_but_never_killed(
+        r, redis_url, tmp_path, workers, source):
+    """Hosted like a learner's queue, every claim is armed. The honest host dies
+    inside it; the one that unarms itself lives, and no kill is logged, so a
+    chaos run of it falls short of its kill quota and is unknown (test_chaos)."""
+    path = tmp_path / "hosted.py"
+    path.write_text(source)
+    q.enqueue(r, {"doc_id": 1, "text": "short"}, "doc-1")
+    w = Worker(redis_url, tmp_path, "--queue", str(path), CRASH_POINT="mid-claim",
+               CRASH_P=1, EO_LEARNER_PREFIX="[]")
+    workers.append(w)
+    if source == HONEST:
+        assert w.proc.wait(timeout=60) == -signal.SIGKILL
+        crash = [e for e in w.read() if e["ev"] == "crash_point"]
+        assert [(e["point"], e["call"]) for e in crash] == [("mid-claim", "claim")]
+        return
+    events = w.wait_for(lambda ev: "ack" in _kinds(ev, "doc-1"), timeout=60)
+    assert [e for e in events if e["ev"] == "crash_point"] == []
+    assert w.proc.poll() is None
+
+
 def test_unknown_crash_point_and_missing_redis_url_say_what_to_do(redis_url,
                                                                  tmp_path):
     run = lambda env: subprocess.run(
