@@ -127,7 +127,6 @@ def _result(system, rates, anchor=(), repeats=1):
 def _report(results):
     return {"results": [vars(x) | {"rate": x.rate, "per_worker": x.per_worker,
                                    "server_us_per_job": x.server_us_median,
-                                   "middle": x.middle,
                                    "vs_ping_half": run._vs_ping_half(results, x)}
                         for x in results],
             "skipped": {"celery": "celery is not installed"},

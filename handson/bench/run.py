@@ -95,18 +95,6 @@ class Result:
     def server_us_median(self) -> float:
         return statistics.median(self.server_us)
 
-    @property
-    def middle(self) -> list[float] | None:
-        return middle(self.rates)
-
-
-def middle(values: list[float]) -> list[float] | None:
-    """The middle half of some values (first and third quartile), from four on."""
-    if len(values) < 4:
-        return None
-    q1, _, q3 = statistics.quantiles(values, n=4)
-    return [q1, q3]
-
 
 class BenchError(RuntimeError):
     """A system failed to run: the message carries its workers' stderr."""
@@ -384,7 +372,6 @@ def run(size: str = "full", only: list[str] | None = None, repeat: int = 1,
             "cpu_count": os.cpu_count(), "skipped": skipped,
             "results": [asdict(x) | {"rate": x.rate, "per_worker": x.per_worker,
                                      "server_us_per_job": x.server_us_median,
-                                     "middle": x.middle,
                                      "vs_ping_half": _vs_ping_half(results, x)}
                         for x in results],
             "goals": goals(results)}
@@ -401,20 +388,17 @@ def _vs_ref(x: Result) -> list[float]:
     return [v / a for v, a in zip(x.rates, x.anchor, strict=True)]
 
 
-def _ping_half_rounds(x: Result, ping: Result) -> list[float]:
-    """x's rate over half the PING rate, round by round."""
-    if x.system == "reference" and ping.anchor:
-        return [2 / v for v in _vs_ref(ping)]
-    if x.anchor and ping.anchor:        # through the reference beside each
-        return [2 * v / p for v, p in zip(_vs_ref(x), _vs_ref(ping), strict=True)]
-    return [v / (p / 2) for v, p in zip(x.rates, ping.rates, strict=True)]
-
-
 def _vs_ping_half(results: list[Result], x: Result) -> float | None:
     ping = _find(results, "ping", x.workers, x.placement)
     if x.system == "ping" or ping is None:
         return None
-    return summary(_ping_half_rounds(x, ping), x.repeats)["value"]
+    if x.system == "reference" and ping.anchor:
+        rounds = [2 / v for v in _vs_ref(ping)]
+    elif x.anchor and ping.anchor:      # through the reference beside each
+        rounds = [2 * v / p for v, p in zip(_vs_ref(x), _vs_ref(ping), strict=True)]
+    else:
+        rounds = [v / (p / 2) for v, p in zip(x.rates, ping.rates, strict=True)]
+    return summary(rounds, x.repeats)["value"]
 
 
 def goals(results: list[Result]) -> list[dict]:
@@ -433,8 +417,9 @@ def summary(rounds: list[float], repeats: int = 1) -> dict:
     machine-second; the spread of the repeats says whether the value repeats.
     """
     out = {"value": statistics.median(rounds), "rounds": len(rounds)}
-    if mid := middle(rounds):
-        out["middle"] = mid
+    if len(rounds) >= 4:
+        q1, _, q3 = statistics.quantiles(rounds, n=4)
+        out["middle"] = [q1, q3]
     if repeats > 1:
         per = len(rounds) // repeats
         reps = [statistics.median(rounds[i * per:(i + 1) * per])
@@ -451,7 +436,7 @@ def _goals(results: list[Result], w: int, pl: str) -> list[dict]:
     at = f"{w}w, {pl}"
     ping, ref = _find(results, "ping", w, pl), _find(results, "reference", w, pl)
     if ping and ref:
-        got = summary(_ping_half_rounds(ref, ping), ref.repeats)
+        got = summary([2 / v for v in _vs_ref(ping)], ping.repeats)
         out.append({"goal": f"reference >= 90% of PING/2 per worker ({at})",
                     "shown": f"{got['value']:.0%}", "met": got["value"] >= 0.9,
                     **got})
@@ -498,11 +483,13 @@ def table(report: dict) -> str:
     for x in report["results"]:
         pl = x.get("placement", "unpinned")
         vs = "" if x.get("vs_ping_half") is None else f"{x['vs_ping_half']:.0%}"
-        mid = x.get("middle")
-        half = f"{mid[0]:,.0f}-{mid[1]:,.0f}" if mid else ""
+        middle = ""
+        if len(x["rates"]) >= 4:
+            q1, _, q3 = statistics.quantiles(x["rates"], n=4)
+            middle = f"{q1:,.0f}-{q3:,.0f}"
         lines.append(f"{x['system']:<17} {pl:<8} {x['workers']:>2} "
                      f"{x['rate']:>8,.0f} {x['per_worker']:>8,.0f} {vs:>9} "
-                     f"{x['server_us_per_job']:>10.1f} {half:>13}")
+                     f"{x['server_us_per_job']:>10.1f} {middle:>13}")
     for name, why in report["skipped"].items():
         lines.append(f"{name:<17} skipped: {why}")
     lines += ["", "jobs/s: the median window; middle half: of the windows' rates; "
