@@ -50,7 +50,6 @@ from dataclasses import asdict, dataclass, field
 import redis
 
 from handson.bench.systems import BATCH, SYSTEMS, System
-from handson.infra.worker_process import signal_group
 from handson.redis_server import EmbeddedRedis
 
 
@@ -144,7 +143,10 @@ def _spawn(args: list[str], url: str, logdir: str, tag: str,
 
 def _signal(procs: list[subprocess.Popen], sig: int) -> None:
     for p in procs:
-        signal_group(p, sig)
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -227,7 +229,7 @@ class Turns:
         self.last = 0                  # jobs in the last window
         self.rates: list[float] = []
         self.anchor: list[float] = []  # the reference's rate around each window
-        self.cpu_s, self.counted = 0.0, 0
+        self.cpu_s = self.counted = 0.0
         if self.system:
             self._fill(FIRST_FILL[name])
         c0 = self.count()
@@ -267,13 +269,12 @@ class Turns:
         if self.rates:
             seconds = min(MAX_WINDOW_S, max(seconds, MIN_JOBS / self.rates[-1]))
         for _ in range(3):
-            c0 = self.count()              # a top-up adds as many as it leaves
             if self.system:
                 need = max(FIRST_FILL[self.name], 3 * self.last)
-                left = self.filled - c0
+                left = self.filled - self.count()
                 if left < need:
                     self._fill(2 * need - left)
-            cpu0 = server_cpu_s(self.r)
+            c0, cpu0 = self.count(), server_cpu_s(self.r)
             t0 = time.perf_counter()
             _signal(self.procs, signal.SIGCONT)
             time.sleep(seconds)
@@ -361,7 +362,7 @@ def run(size: str = "full", only: list[str] | None = None, repeat: int = 1,
                         anchor.setdefault(key, []).extend(t.anchor)
                         server_us.setdefault(key, []).append(
                             t.cpu_s * 1e6 / max(1, t.counted))
-                        counted[key] = counted.get(key, 0) + t.counted
+                        counted[key] = counted.get(key, 0) + int(t.counted)
     finally:
         server.stop()
     results = [Result(name, w, counted[(p, w, name)], rates[(p, w, name)],

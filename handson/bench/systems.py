@@ -79,7 +79,7 @@ def _ref_filler(queue: str) -> Callable[[redis.Redis, int], None]:
     return fill
 
 
-def _ref_remaining(queue: str) -> Callable[[redis.Redis], int]:
+def _ref_counter(queue: str) -> Callable[[redis.Redis], int]:
     return lambda r: r.llen(q.keys(queue).pending)
 
 
@@ -194,9 +194,9 @@ def _dramatiq_work() -> None:
 
 
 SYSTEMS = {s.name: s for s in [
-    System("reference", _ref_filler("q"), _ref_remaining("q"), _ref_work),
+    System("reference", _ref_filler("q"), _ref_counter("q"), _ref_work),
     System("reference-batched", _ref_filler(BATCHED_QUEUE),
-           _ref_remaining(BATCHED_QUEUE), _ref_work_batched, batched=True),
+           _ref_counter(BATCHED_QUEUE), _ref_work_batched, batched=True),
     System("rq", _rq_fill, _rq_remaining, _rq_work, needs="rq"),
     System("celery", _celery_fill, _celery_remaining, _celery_work, needs="celery"),
     System("huey", _huey_fill, _huey_remaining, _huey_work, needs="huey"),

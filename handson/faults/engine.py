@@ -59,7 +59,6 @@ from pathlib import Path
 
 from handson import produce, redis_server, setup_db, verify
 from handson.faults.server_clock import REPORT_MS, ServerClock
-from handson.infra.worker_process import signal_group
 from handson.queues.contract import ContractError, load_queue
 
 INVARIANTS = {
@@ -387,13 +386,20 @@ class _Run:
     def _start_slot(self, slot: int) -> None:
         self.procs[slot] = self._spawn(self._worker_args(), self.phase == "chaos")
 
+    @staticmethod
+    def _signal(p: subprocess.Popen, sig: int) -> None:
+        """Signal p's process group, only while p is unreaped (its pid is ours)."""
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, sig)
+
     def _kill_slot(self, slot: int | None) -> None:
         if slot is None:
             return
         p = self.procs[slot]
         self.kills.append((time.monotonic_ns(), p.pid))
         self.schedule.append((self.tally.claims, "kill", slot, self.due))
-        signal_group(p, signal.SIGKILL)
+        self._signal(p, signal.SIGKILL)
         p.wait(timeout=10)
         self.paused.pop(slot, None)
         self.zombies.pop(slot, None)
@@ -405,7 +411,7 @@ class _Run:
         t_ns = time.monotonic_ns()
         self.pauses.append((t_ns, p.pid, seconds))
         self.schedule.append((self.tally.claims, "pause", slot, self.due))
-        signal_group(p, signal.SIGSTOP)
+        self._signal(p, signal.SIGSTOP)
         self.paused[slot] = time.monotonic() + seconds
         held = self.tally.holding.get(p.pid)
         if self.cfg.zombie_pauses and held:
@@ -414,7 +420,7 @@ class _Run:
     def _resume(self, slot: int) -> None:
         """SIGCONT; a pause's length is what it lasted, not what it was meant to."""
         p = self.procs[slot]
-        signal_group(p, signal.SIGCONT)
+        self._signal(p, signal.SIGCONT)
         self.paused.pop(slot, None)
         self.holds.pop(slot, None)
         z = self.zombies.pop(slot, None)
@@ -455,7 +461,7 @@ class _Run:
                     h = slot_of.get(holder)
                     if (h is not None and h not in self.paused
                             and self.tally.job_of(holder) == job):
-                        signal_group(self.procs[h], signal.SIGSTOP)
+                        self._signal(self.procs[h], signal.SIGSTOP)
                         self.paused[h] = now + self.cfg.lease_s / 2
                         self.holds[h] = (pid, job)
                         self.zombies_made += 1
@@ -468,14 +474,14 @@ class _Run:
         """SIGCONT, SIGTERM, then SIGKILL whatever is left; wait for every child."""
         live = [p for p in self.started if p.poll() is None]
         for p in live:
-            signal_group(p, signal.SIGCONT)
-            signal_group(p, signal.SIGTERM)
+            self._signal(p, signal.SIGCONT)
+            self._signal(p, signal.SIGTERM)
         deadline = time.monotonic() + 3
         for p in live:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.01, deadline - time.monotonic()))
         for p in self.started:
-            signal_group(p, signal.SIGKILL)
+            self._signal(p, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
 

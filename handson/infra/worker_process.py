@@ -8,7 +8,6 @@ worker left running when the parent gives up is killed, never orphaned.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
@@ -16,13 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-
-
-def signal_group(proc: subprocess.Popen, sig: int) -> None:
-    """Signal proc's process group, only while proc is unreaped (its pid is ours)."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
 
 
 class WorkerError(RuntimeError):
@@ -90,7 +82,11 @@ class Worker:
 
     def kill(self, timeout_s: float = 10.0) -> int:
         """SIGKILL the worker's process group; return its exit status."""
-        signal_group(self.proc, signal.SIGKILL)
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.proc.wait(timeout=timeout_s)
         return self.proc.returncode
 
