@@ -131,6 +131,7 @@ class GradeResult:
     elapsed_s: float = 0.0
     quick: bool = False
     isolation: str = ""          # which sandbox protections held: full / partial / none
+    server_isolation: str = ""   # the same for the run's Redis server
 
     @property
     def score(self) -> int:
@@ -152,6 +153,7 @@ class GradeResult:
                 # run, false when a run broke it, null when unknown.
                 "invariants": {f"{k}_ok": v for k, v in self.invariants.items()},
                 "replay": self.replay, "isolation": self.isolation,
+                "server_isolation": self.server_isolation,
                 "checks": [dict(asdict(o), points=o.points) for o in self.outcomes]}
         return json.dumps(data, indent=2)
 
@@ -171,6 +173,8 @@ class GradeResult:
                      f"  ({self.elapsed_s:.1f} s)")
         if self.isolation:
             lines.append(f"  isolation: {self.isolation}")
+        if self.server_isolation:
+            lines.append(f"  the run's Redis server: {self.server_isolation}")
         if self.invariants:
             lines.append("")
             lines.append("  chaos invariants: " + ", ".join(
@@ -280,13 +284,15 @@ class ModuleFile:
         real = str(Path(path).resolve())
         if not self.needs_redis:
             return self._judge(real, None, quick, path)
-        from handson.redis_server import EmbeddedRedis
+        from autograder import server
 
-        server = EmbeddedRedis().start()
+        redis = server.start()
         try:
-            return self._judge(real, server.url, quick, path)
+            ev = self._judge(real, redis.url, quick, path)
+            ev.problems += redis.refusals()
+            return ev
         finally:
-            server.stop()
+            redis.stop()
 
     def _key(self, path: str) -> tuple:
         with contextlib.suppress(OSError):

@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from autograder import landlock
 
@@ -85,7 +86,7 @@ def python_paths() -> list[str]:
 def redis_dir(redis_url: str | None) -> str | None:
     """The directory of a unix:// Redis socket (a TCP URL is unreachable here)."""
     if redis_url and redis_url.startswith("unix://"):
-        return os.path.dirname(redis_url[len("unix://"):].split("?")[0])
+        return os.path.dirname(unquote(urlsplit(redis_url).path))
     return None
 
 

@@ -24,9 +24,8 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import assignments, notebook, sandbox
+from autograder import assignments, notebook, sandbox, server
 from autograder.checks import GradeResult, Outcome, outcome
-from handson.redis_server import EmbeddedRedis
 
 _NOISE = ("Kernel is running over TCP", "susceptible to eavesdropping",
           "SAWarning", "MovedIn20Warning", "warnings.warn(")
@@ -168,12 +167,13 @@ def grade(path: str | Path, quick: bool = False, progress=None,
         found, isolation = run_learner_cells(nb, module, workdir, quick,
                                              executed_copy)
         problems += found
-        server = EmbeddedRedis().start()
+        redis = server.start()
         try:
             say("judging")
-            ev = module.evaluate(workdir, server.url, quick)
+            ev = module.evaluate(workdir, redis.url, quick)
+            ev.problems += redis.refusals()
         finally:
-            server.stop()
+            redis.stop()
         if ev.replay:
             ev.replay = replayable(ev.replay, module, workdir, nb_path)
     outcomes: list[Outcome] = []
@@ -186,4 +186,5 @@ def grade(path: str | Path, quick: bool = False, progress=None,
     return GradeResult(assignment=name, submission=str(nb_path), outcomes=outcomes,
                        problems=problems + ev.problems, invariants=ev.invariants,
                        replay=ev.replay, elapsed_s=time.monotonic() - start,
-                       quick=quick, isolation=isolation)
+                       quick=quick, isolation=isolation,
+                       server_isolation=redis.isolation)

@@ -39,6 +39,7 @@ from pathlib import Path
 import psutil
 
 from autograder import confine
+from handson.redis_server import learner_url
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -256,8 +257,8 @@ def _prefix(workdir, redis_url, read_paths, env: dict, status: str | None = None
     prefix = [sys.executable, "-m", "autograder.confine", "--workdir", str(workdir),
               "--mem-mb", str(mem_mb or TREE_MEM_MB), "--pids", str(TREE_PIDS),
               "--disk-mb", str(disk_mb or DISK_MB)]
-    if redis_url:
-        prefix += ["--redis-url", redis_url]
+    if redis_url:                   # learner code gets the learner's user only
+        prefix += ["--redis-url", learner_url(redis_url)]
     for path in read_paths:
         prefix += ["--read", str(path)]
     for key, value in env.items():

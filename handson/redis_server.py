@@ -17,8 +17,11 @@ import atexit
 import contextlib
 import ctypes
 import functools
+import hashlib
+import hmac
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -27,11 +30,22 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
 
 import redis
 
 FSYNC_CHOICES = ("always", "everysec", "no")
 _PR_SET_PDEATHSIG = 1
+
+# A server started with `acl=True` has two users and no anonymous one: the judge
+# (every command) and the learner, whose code may run what a queue needs (every
+# data type, scripts, transactions, TIME, KEYS) and nothing that reaches past the
+# run's data: the server's files and config, modules, replication, MIGRATE,
+# other clients, SHUTDOWN, DEBUG, INFO (it gives away paths), FLUSHALL.
+JUDGE_USER, LEARNER_USER = "judge", "learner"
+LEARNER_RULES = ("on", "~*", "&*", "+@all", "-@dangerous", "+keys", "+sort",
+                 "+client|id", "+client|getname", "+client|setname",
+                 "+client|setinfo")
 
 
 class RedisUnavailable(RuntimeError):
@@ -84,7 +98,8 @@ def die_with_parent(parent: int | None = None) -> None:
 class EmbeddedRedis:
     """One private redis-server process; restartable from its own AOF."""
 
-    def __init__(self, appendfsync: str | None = None, maxmemory: str | None = None):
+    def __init__(self, appendfsync: str | None = None, maxmemory: str | None = None,
+                 acl: bool = False):
         if appendfsync is not None and appendfsync not in FSYNC_CHOICES:
             raise ValueError(f"appendfsync must be one of {FSYNC_CHOICES}, "
                              f"not {appendfsync!r}")
@@ -94,6 +109,7 @@ class EmbeddedRedis:
         self.dir = Path(tempfile.mkdtemp(prefix="eo-redis-"))
         self.socket = self.dir / "redis.sock"
         self.url = f"unix://{self.socket}"
+        self.acl = acl
         self.proc: subprocess.Popen | None = None
 
     def _args(self) -> list[str]:
@@ -104,7 +120,7 @@ class EmbeddedRedis:
         if self.appendfsync:
             args += ["--appendonly", "yes", "--appendfsync", self.appendfsync]
         if self.maxmemory:
-            args += ["--maxmemory", self.maxmemory]
+            args += ["--maxmemory", self.maxmemory, "--maxmemory-policy", "noeviction"]
         return args
 
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
@@ -133,6 +149,8 @@ class EmbeddedRedis:
                         f"redis-server did not answer on {self.url} in {timeout} s"
                     ) from None
                 time.sleep(0.02)
+        if self.acl:
+            self.url = _lock_down(client, self.socket)
         client.close()
         atexit.register(self.stop)
         return self
@@ -171,6 +189,50 @@ class EmbeddedRedis:
                 proc.kill()
                 proc.wait(timeout=10)
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _lock_down(client: redis.Redis, socket: Path) -> str:
+    """Give the server its two users and close it to anyone else; the judge's URL.
+
+    The passwords live only in this process and in the URLs it hands out: the
+    learner's is derived from the judge's (`learner_url`), never the reverse.
+    """
+    password = secrets.token_hex(16)
+    client.acl_setuser(JUDGE_USER, enabled=True, passwords=[f"+{password}"],
+                       keys=["*"], channels=["*"], commands=["+@all"])
+    client.execute_command("ACL", "SETUSER", LEARNER_USER, "resetpass",
+                           f">{_learner_password(password)}", *LEARNER_RULES)
+    client.execute_command("ACL", "SETUSER", "default", "off", "resetpass")
+    client.execute_command("ACL", "LOG", "RESET")
+    return f"unix://{JUDGE_USER}:{password}@{socket}"
+
+
+def _learner_password(judge_password: str) -> str:
+    return hmac.new(judge_password.encode(), b"learner", hashlib.sha256).hexdigest()
+
+
+def learner_url(url: str) -> str:
+    """The same server and database as the learner's user: what learner code gets.
+
+    Any other URL (no judge in it: the user's own server, a lab run) is returned
+    as it is.
+    """
+    parts = urlsplit(url)
+    if parts.username != JUDGE_USER or not parts.password:
+        return url
+    where = parts.netloc.rpartition("@")[2]
+    secret = quote(_learner_password(unquote(parts.password)), safe="")
+    return parts._replace(netloc=f"{LEARNER_USER}:{secret}@{where}").geturl()
+
+
+def refused(client: redis.Redis) -> list[tuple[str, int]]:
+    """(command, times) the learner's user was refused, from the server's ACL log."""
+    out: dict[str, int] = {}
+    for entry in client.acl_log(count=1000):
+        if entry.get("username") == LEARNER_USER and entry.get("reason") == "command":
+            name = str(entry.get("object", "?")).upper()
+            out[name] = out.get(name, 0) + int(entry.get("count", 1))
+    return sorted(out.items())
 
 
 def connect(url: str, **kwargs) -> redis.Redis:

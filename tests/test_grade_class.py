@@ -29,6 +29,7 @@ pytestmark = pytest.mark.timeout(1800)
 ROOT = notebook.REPO
 sys.path.insert(0, str(ROOT / "tests"))
 from test_autograder import ENV, corpus  # noqa: E402
+from test_redis_door import assert_refused, attacker  # noqa: E402
 
 # The classic mistakes that take a chaos run or a heartbeat trial to grade are
 # represented by a few (the corpus test grades them all); the rest are cheap.
@@ -45,6 +46,10 @@ HOSTILE = {
                      "    for _ in range(64):\n"
                      "        f.write(b'x' * (1 << 20))\n"),
 }
+
+
+# A classmate's notebook, which the attacker points the server's dump at.
+VICTIM = Path("solution-claim-ack-reap", "claim_ack_reap", "claim_ack_reap.ipynb")
 
 
 def _hostile(name: str, code: str, dest: Path) -> Path:
@@ -71,6 +76,7 @@ def make_class(root: Path) -> dict[str, Path]:
         made[f"stub_{a}"] = notebook.RELEASE_DIR / a / f"{a}.ipynb"
     for name, code in HOSTILE.items():
         made[name] = _hostile(name, code, scratch)
+    made["hostile_redis"] = attacker(scratch / "hostile_redis", root / VICTIM)
     out = {}
     for student, path in made.items():
         a, _ = notebook.identify(notebook.read(path), path)
@@ -195,6 +201,22 @@ def test_gradebook_equals_grading_one_by_one(graded_class):
     mismatched = [(s, a, book[s, a], points) for s, a, points in results
                   if book[s, a] != points]
     assert not mismatched, mismatched[:3]
+
+
+def test_an_attack_through_redis_changes_no_classmate(graded_class):
+    course, subs, *_ = graded_class
+    victim = course / "submitted" / VICTIM
+    assert victim == subs["solution-claim-ack-reap"]
+    source = notebook.source_notebook("claim_ack_reap")
+    assert victim.read_bytes() == source.read_bytes(), "her notebook is intact"
+    book = _gradebook(course)
+    assert sum(book["hostile-redis", "claim_ack_reap"].values()) == 0
+    full = book["solution-claim-ack-reap", "claim_ack_reap"]
+    assert all(v > 0 for v in full.values()), full
+    told = [r for r in map(json.loads, _results(course))
+            if any("Redis command" in p for p in r["problems"])]
+    assert len(told) == 1 and told[0]["score"] == 0
+    assert_refused(told[0]["problems"])
 
 
 def test_report_names_what_the_class_got_wrong(graded_class):

@@ -14,6 +14,7 @@ import nbformat
 import psutil
 import pytest
 from test_autograder import ROOT, _cli, _course, _gradebook, _nbgrader
+from test_redis_door import attacker
 
 from autograder import assignments, cli, notebook, own_work
 from autograder.grade import grade
@@ -57,8 +58,13 @@ def _left_running() -> list[str]:
 
 
 def test_patched_check_earns_nothing_through_both_routes(tmp_path):
-    """The stubs plus `m.check = print('[PASS]')`: 0 points either way."""
+    """The stubs plus `m.check = print('[PASS]')`: 0 points either way; and
+    through nbgrader, a queue that attacks through its Redis (test_redis_door
+    grades it with `grade`)."""
     subs = {name: _patched(name, tmp_path) for name in PATCH}
+    victim = tmp_path / "classmate.ipynb"
+    victim.write_bytes(b"her work")
+    mallory = attacker(tmp_path / "mallory", victim)
     for name, path in subs.items():
         res = _cli("grade", str(path), "--json", "--assignment", name)
         data = json.loads(res.stdout)
@@ -66,13 +72,16 @@ def test_patched_check_earns_nothing_through_both_routes(tmp_path):
         assert res.returncode == 1
         assert any("left 1 process" in p for p in data["problems"]), data["problems"]
     assert not _left_running()
-    course = _course(tmp_path, {"eve": subs})
+    course = _course(tmp_path, {"eve": subs,
+                                "mallory": {"claim_ack_reap": mallory}})
     for name in PATCH:
         res = _nbgrader("autograde", name, "--log-level=WARN", cwd=course)
         assert res.returncode == 0, res.stderr[-3000:]
         points = _gradebook(course, name, "eve")
         assert set(points) == set(assignments.points(name))
         assert sum(points.values()) == 0, points
+    assert sum(_gradebook(course, "claim_ack_reap", "mallory").values()) == 0
+    assert victim.read_bytes() == b"her work"
     assert not _left_running(), "a detached process outlived nbgrader autograde"
     graded = course / "autograded" / "eve" / "claim_ack_reap" / "claim_ack_reap.ipynb"
     text = graded.read_text()

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from handson.infra import learner_host, learner_module
 from handson.infra.learner_module import ModuleProblem
+from handson.redis_server import learner_url
 
 ENV = "EO_LEARNER_PREFIX"
 HOST = str(Path(learner_host.__file__).resolve())
@@ -153,7 +154,7 @@ def redis_target(r) -> dict | None:
         url = f"unix://{auth}{kw['path']}?db={db}"
     else:
         url = f"redis://{auth}{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{db}"
-    return {"url": url, "decode": bool(kw.get("decode_responses"))}
+    return {"url": learner_url(url), "decode": bool(kw.get("decode_responses"))}
 
 
 class _Host:
@@ -385,7 +386,12 @@ class RemoteModule:
             value = Local("caller", ref=ref, name=value.name,
                           methods=list(value.methods),
                           attrs=learner_host.encode(value.attrs))
-        return {"__local__": value.spec} if isinstance(value, Local) else value
+        if isinstance(value, Local):
+            spec = dict(value.spec)
+            if spec.get("kind") == "redis":     # the learner's user, never ours
+                spec["url"] = learner_url(spec["url"])
+            return {"__local__": spec}
+        return value
 
     def notes(self) -> list[dict]:
         """What the stand-ins of this thread's last call saw."""
