@@ -47,6 +47,7 @@ class Outcome:
     got: str = ""
     witnesses: list[str] = field(default_factory=list)
     replay: str = ""
+    timelines: list[dict] = field(default_factory=list)   # witnesses, to draw
 
     @property
     def points(self) -> int:
@@ -235,7 +236,25 @@ def notebook_summary(outcomes: list[Outcome], reused: bool = False) -> bool:
     failed = [o for o in outcomes if not o.ok]
     if failed:
         print("\nFirst failure:\n" + failed[0].explain())
+        _show_pictures(failed)
     return not failed
+
+
+def _show_pictures(failed: list[Outcome]) -> None:
+    """In a notebook, the failing runs drawn under the check cell."""
+    if not any(o.timelines for o in failed):
+        return
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    from autograder.feedback import figures
+
+    sys.stdout.flush()
+    display(HTML(figures(failed)))
 
 
 @dataclass

@@ -148,6 +148,7 @@ def _chaos_outcomes(reports: list[dict], shown_path: str, real_path: str) -> tup
     out, invariants, replay = [], {}, ""
     for c in CHAOS_CHECKS:
         ok, message, witnesses, expected, got = True, "", [], "", ""
+        pictures: list[dict] = []
         for rep in reports:
             rep_replay = rep.get("replay", "").replace(real_path, shown_path)
             if rep.get("verdict") == "unknown":
@@ -165,12 +166,14 @@ def _chaos_outcomes(reports: list[dict], shown_path: str, real_path: str) -> tup
                                f"{rep.get('seed')}); the "
                                "witnesses are those jobs' histories")
                     witnesses = list(data.get("witnesses", []))[:3]
+                    pictures = list(data.get("timelines", []))[:3]
                     expected, got = "0 jobs", f"{data.get('count', '?')} jobs"
                     replay = replay or rep_replay
                     break
             if not ok:
                 break
         out.append(outcome(c, ok, message, expected, got, witnesses, replay))
+        out[-1].timelines = pictures
     for rep in reports:                 # False beats unknown (None) beats True
         unknown = rep.get("verdict") == "unknown"
         for name, data in rep.get("invariants", {}).items():

@@ -1,6 +1,6 @@
 """`python -m autograder`: grade a submission, or check your own work quickly.
 
-    python -m autograder grade PATH [--json] [--assignment NAME]
+    python -m autograder grade PATH [--json] [--html OUT.html] [--assignment NAME]
                                                 # the full grade (what counts)
     python -m autograder check PATH_OR_NAME [--only CHECK ...]
                                                 # the quick version while working
@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("grade", help="grade a notebook or an assignment folder")
     g.add_argument("path")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
+    g.add_argument("--html", metavar="OUT.html",
+                   help="also write the grade as a self-contained page, with the "
+                        "failing chaos runs drawn")
     g.add_argument("--quick", action="store_true",
                    help="fewer cases where an assignment has them (what `check` "
                         "does)")
@@ -106,4 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot grade: {str(err).strip(chr(39))}", file=sys.stderr)
         return 2
     print(result.to_json() if args.json else result.text())
+    if getattr(args, "html", None):
+        from autograder.feedback import page
+
+        Path(args.html).write_text(page(result))
+        if not args.json:
+            print(f"  feedback page: {args.html}")
     return 0 if result.score == result.max_score else 1

@@ -235,7 +235,7 @@ def write_autograded(course: Path, sub: Submission, result: dict) -> Path:
 
 
 OUTCOME_FIELDS = ("name", "title", "max_points", "ok", "message", "expected", "got",
-                  "witnesses", "replay")
+                  "witnesses", "replay", "timelines")
 
 
 # --- the run ---------------------------------------------------------------------

@@ -22,6 +22,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from autograder import assignments, notebook
 from autograder.checks import GradeResult
+from autograder.feedback import figures
 from autograder.grade import grade
 
 MARK = "graded outside the notebook's kernel by `python -m autograder grade`"
@@ -34,6 +35,14 @@ def _stdout(text: str):
 def _error(text: str):
     return nbformat.v4.new_output("error", ename="AssertionError", evalue=text,
                                   traceback=[text])
+
+
+def _pictures(outcomes) -> list:
+    """The failing runs drawn (an HTML output), so nbgrader's feedback has them."""
+    html = figures(outcomes)
+    if not html:
+        return []
+    return [nbformat.v4.new_output("display_data", data={"text/html": html})]
 
 
 def write_outcomes(nb, result: GradeResult | None, reason: str = "",
@@ -59,9 +68,11 @@ def write_outcomes(nb, result: GradeResult | None, reason: str = "",
                                         f"{o.max_points}  {o.title}\n({MARK})")]
             else:
                 cell.outputs = [_error(o.explain() + f"\n({MARK})")]
+                cell.outputs += _pictures([o])
         elif kind == "check":
             text = result.text() if result else f"not graded: {reason}"
             cell.outputs = [_stdout(text)]
+            cell.outputs += _pictures(result.outcomes if result else [])
         else:
             ran = next(learner, None)
             cell.outputs = list(ran.get("outputs", [])) if ran is not None else []

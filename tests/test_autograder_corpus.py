@@ -26,7 +26,7 @@ import psutil
 import pytest
 from test_autograder import load_path
 
-from autograder import notebook
+from autograder import feedback, notebook
 from autograder.grade import grade
 
 # Grading the whole corpus once (the module fixture) takes minutes.
@@ -90,3 +90,22 @@ def test_correct_queue_written_differently_scores_full_marks(graded, name):
     failed = [o.explain() for o in result.outcomes if not o.ok]
     assert not failed, "\n".join(failed)
     assert result.score == result.max_score
+
+
+def test_failed_chaos_checks_are_drawn_on_the_feedback_page(graded):
+    """Every failed chaos check with witnesses gets one picture per witness job,
+    on a page that needs nothing from the network."""
+    drawn = 0
+    for name in WRONG:
+        result, _ = graded[name]
+        html = feedback.page(result)
+        assert "src=" not in html and "href=" not in html
+        for o in result.outcomes:
+            if o.ok or not o.witnesses or not o.name.startswith("chaos_"):
+                continue
+            assert len(o.timelines) == len(o.witnesses), o.name
+            for tl, witness in zip(o.timelines, o.witnesses, strict=True):
+                assert witness.lstrip().startswith(tl["job"])
+                assert f'data-job="{tl["job"]}"' in html
+                drawn += 1
+    assert drawn >= 1, "no wrong queue failed a chaos check with a witness"

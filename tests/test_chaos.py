@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from handson import chaos, redis_server
+from handson.faults import timeline
 from handson.faults.engine import ChaosConfig, replay_command, run
 from handson.queues.contract import load_queue
 
@@ -133,6 +134,29 @@ def _shows_the_bug(report, breaks: list[str]) -> None:
         for witness in inv.witnesses:
             assert witness.lstrip().startswith("doc-")
             assert SHOWS[name](witness), witness
+        _drawn_as_recorded(inv)
+
+
+def _drawn_as_recorded(inv) -> None:
+    """Each witness's picture has the history's steps as marks, on the lanes of
+    the workers that took them, and rings the step the history flags."""
+    assert len(inv.timelines) == len(inv.witnesses)
+    for tl, witness in zip(inv.timelines, inv.witnesses, strict=True):
+        assert witness.lstrip().startswith(tl["job"] + "\n")
+        steps = [ln.split("s  ", 1)[1] for ln in witness.splitlines()[1:]
+                 if ln.strip().startswith("+")]
+        assert [m["text"] for m in tl["marks"]] == steps
+        for m in tl["marks"]:
+            if m["lane"] != "producer":
+                assert f"worker {m['lane'].split()[1]}" in m["text"]
+        flagged = [m for m in tl["marks"] if m["bad"]]
+        if inv.name in ("applied_twice", "stale_ack_accepted", "handed_out_twice"):
+            assert flagged, tl
+            assert tl["sentence"].endswith(": " + flagged[0]["text"])
+        picture = timeline.svg(tl)
+        assert picture.count('<g class="mark"') == len(tl["marks"])
+        assert picture.count("data-bad") == len(flagged)
+        assert f'data-job="{tl["job"]}"' in picture
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -232,10 +232,14 @@ def test_an_attacking_queue_earns_what_a_stub_earns(tmp_path):
                 victim)
     before = victim.read_bytes()
     path = attacker(tmp_path / "eve", victim)
-    res = _cli("grade", str(path), "--json", "--quick")
+    page = tmp_path / "feedback.html"
+    res = _cli("grade", str(path), "--json", "--quick", "--html", str(page))
     data = json.loads(res.stdout)
     assert data["score"] == 0, [c["name"] for c in data["checks"] if c["ok"]]
     assert_refused(data["problems"])
+    html = page.read_text()       # the same grade, as a page the learner opens
+    assert f"claim_ack_reap: 0/{data['max_score']}" in html
+    assert "Redis command MODULE: not allowed" in html
     assert data["server_isolation"] == "full"
     assert victim.read_bytes() == before
 

@@ -173,6 +173,20 @@ class Invariant:
     ok: bool | None
     count: int
     witnesses: list[str] = field(default_factory=list)
+    timelines: list[dict] = field(default_factory=list)   # the witnesses, to draw
+
+
+@dataclass
+class Mark:
+    """One step of a job's story: when (monotonic ns), what, by which worker."""
+
+    t: int
+    text: str
+    pid: int | None
+    kind: str
+    attempt: int | None = None
+    bad: bool = False          # the step that broke an invariant
+    seconds: float = 0.0       # how long, for a pause
 
 
 @dataclass
@@ -901,7 +915,9 @@ class _Judge:
             if name == "lost" and ending not in ("drained", "quiet"):
                 ok = None if jobs else True
             out[name] = Invariant(name, ok, len(jobs),
-                                  [self.history(j) for j in jobs[:WITNESSES]])
+                                  [self.history(j) for j in jobs[:WITNESSES]],
+                                  [self.timeline(j, name) for j in jobs[:WITNESSES]]
+                                  if ok is False else [])
         return out
 
     def _at(self, t_ns: int) -> str:
@@ -926,11 +942,13 @@ class _Judge:
         }.get(how, f"(while attempt {a} was still running: its lease ran out, "
                    "or the job was queued twice)")
 
-    def history(self, job: str) -> str:
-        """The job's merged story from the logs, the ledger, the kills and the DLQ."""
-        lines: list[tuple[int, str]] = []
+    def _marks(self, job: str) -> list[Mark]:
+        """The job's merged story from the logs, the ledger and the kills, in time
+        order: what `history` prints and `timeline` draws."""
+        lines: list[Mark] = []
         if job in self.idset:
-            lines.append((self.t_enqueued[1], "enqueued (with the others)"))
+            lines.append(Mark(self.t_enqueued[1], "enqueued (with the others)",
+                              None, "enqueue"))
         spans = []                       # (pid, attempt, t_claim, t_end)
         open_ = {}                       # pid -> (attempt, t_claim) in progress
         ended: dict[int, str] = {}       # attempt -> how it ended
@@ -942,7 +960,9 @@ class _Judge:
                 if last is not None:
                     note = " " + self._why_again(last, ended.get(last[0]), e["t"])
                 last = (a, pid, e["t"])
-                lines.append((e["t"], f"claimed by worker {pid} as attempt {a}{note}"))
+                lines.append(Mark(e["t"], f"claimed by worker {pid} as attempt "
+                                  f"{a}{note}", pid, "claim", a,
+                                  "handed out twice" in note))
                 open_[pid] = (a, e["t"])
                 continue
             if ev in ("ack", "fail", "crash_point", "abandoned"):
@@ -953,27 +973,32 @@ class _Judge:
                 if e.get("stale") else ""
             if ev in ("ack", "ack_refused"):
                 verdict = "accepted" if ev == "ack" else "refused"
-                lines.append((e["t"], f"ack of attempt {a} by worker {pid}: "
-                              f"{verdict}{stale}"))
+                lines.append(Mark(e["t"], f"ack of attempt {a} by worker {pid}: "
+                                  f"{verdict}{stale}", pid, ev, a,
+                                  bool(stale) and ev == "ack"))
             elif ev == "fail":
                 verdict = "accepted" if e.get("ok") else "refused"
-                lines.append((e["t"], f"fail of attempt {a} by worker {pid} "
-                              f"({e.get('error', '')}): {verdict}{stale}"))
+                lines.append(Mark(e["t"], f"fail of attempt {a} by worker {pid} "
+                                  f"({e.get('error', '')}): {verdict}{stale}", pid,
+                                  "fail", a, bool(stale) and bool(e.get("ok"))))
             elif ev == "extend" and stale:
-                lines.append((e["t"], f"heartbeat of attempt {a} by worker {pid}: "
-                              f"accepted{stale}"))
+                lines.append(Mark(e["t"], f"heartbeat of attempt {a} by worker "
+                                  f"{pid}: accepted{stale}", pid, "extend", a, True))
             elif ev == "extend_refused":
-                lines.append((e["t"], f"heartbeat of attempt {a} by worker {pid}: "
-                              "refused (lease gone)"))
+                lines.append(Mark(e["t"], f"heartbeat of attempt {a} by worker "
+                                  f"{pid}: refused (lease gone)", pid,
+                                  "extend_refused", a))
             elif ev == "abandoned":
-                lines.append((e["t"], f"worker {pid} abandoned attempt {a} "
-                              "(no commit, no ack)"))
+                lines.append(Mark(e["t"], f"worker {pid} abandoned attempt {a} "
+                                  "(no commit, no ack)", pid, "abandoned", a))
             elif ev == "commit" and not e.get("effect"):
-                lines.append((e["t"], f"commit by worker {pid} (attempt {a}) "
-                              "changed nothing: already applied"))
+                lines.append(Mark(e["t"], f"commit by worker {pid} (attempt {a}) "
+                                  "changed nothing: already applied", pid, "commit",
+                                  a))
             elif ev == "crash_point":
-                lines.append((e["t"], f"worker {pid} SIGKILLed itself at crash point "
-                              f"{e['point']} (attempt {a})"))
+                lines.append(Mark(e["t"], f"worker {pid} SIGKILLed itself at crash "
+                                  f"point {e['point']} (attempt {a})", pid, "crash",
+                                  a))
             if ev in ("ack", "ack_refused", "fail", "abandoned", "crash_point"):
                 if pid in open_:
                     spans.append((pid, *open_.pop(pid), e["t"]))
@@ -982,29 +1007,74 @@ class _Judge:
         for t, pid in self.run.kills:
             for spid, a, start, end in spans:
                 if spid == pid and start <= t and (end is None or t <= end):
-                    lines.append((t, f"worker {pid} killed (SIGKILL by the engine) "
-                                  f"holding attempt {a}"))
+                    lines.append(Mark(t, f"worker {pid} killed (SIGKILL by the "
+                                      f"engine) holding attempt {a}", pid, "kill", a))
         for t, pid, secs in self.run.pauses:
             for spid, a, start, end in spans:
                 if spid == pid and start <= t and (end is None or t <= end):
-                    lines.append((t, f"worker {pid} paused (SIGSTOP) for {secs:g} s "
-                                  f"holding attempt {a}"))
+                    lines.append(Mark(t, f"worker {pid} paused (SIGSTOP) for "
+                                      f"{secs:g} s holding attempt {a}", pid, "pause",
+                                      a, seconds=secs))
+        applied = sorted(t for j, _, _, t in self.applied if j == job)
         for j, a, pid, t in self.applied:
             if j == job:
-                lines.append((t, f"APPLIED by worker {pid} (attempt {a})"))
-        lines.sort(key=lambda x: x[0])
-        text = [f"  {job}"] + [f"    {self._at(t)}  {s}" for t, s in lines]
+                lines.append(Mark(t, f"APPLIED by worker {pid} (attempt {a})", pid,
+                                  "apply", a, len(applied) > 1 and t > applied[0]))
+        lines.sort(key=lambda m: m.t)
+        return lines
+
+    def _ending(self, job: str) -> str:
+        """Where the job was when the run ended, if that is part of its story."""
         if job in self.dead:
             n, why = self.dead[job]
-            text.append(f"    at the end    in the DLQ after {n} attempts: "
-                        f"{why or '(no reason)'}")
+            return f"in the DLQ after {n} attempts: {why or '(no reason)'}"
+        if job not in self.times:
+            return "never applied, not in the DLQ"
+        return ""
+
+    def history(self, job: str) -> str:
+        """The job's merged story from the logs, the ledger, the kills and the DLQ."""
+        text = [f"  {job}"] + [f"    {self._at(m.t)}  {m.text}"
+                               for m in self._marks(job)]
+        if job in self.dead:
+            text.append(f"    at the end    {self._ending(job)}")
         elif job not in self.times:
-            text.append("    at the end    never applied, not in the DLQ")
+            text.append(f"    at the end    {self._ending(job)}")
             if job not in self.by_job and self.died_in_claim:
                 text.append(f"    note: {self.died_in_claim} workers died inside "
                             "claim() before it returned; a job taken by such a "
                             "call is gone unless claim is one atomic step")
         return "\n".join(text)
+
+    def timeline(self, job: str, invariant: str) -> dict:
+        """The job's story as data to draw: one lane per process, marks on the
+        run's clock (seconds), each attempt's lease, the step that broke
+        `invariant` flagged, and one sentence that says what went wrong."""
+        marks = self._marks(job)
+        lease = self.cfg.lease_s
+        leases = [{"lane": f"worker {m.pid}", "attempt": m.attempt,
+                   "start": (m.t - self.t0) / 1e9,
+                   "end": (m.t - self.t0) / 1e9 + lease}
+                  for m in marks if m.kind == "claim"]
+        ending = self._ending(job)
+        bad = [m for m in marks if m.bad]
+        if bad:
+            sentence = f"{INVARIANTS[invariant]}: {bad[0].text}"
+        else:
+            last = f"its last step: {marks[-1].text}" if marks else "no step logged"
+            sentence = (f"{INVARIANTS[invariant]}. {job}, {last}"
+                        + (f"; at the end: {ending}" if ending else ""))
+        lanes = ["producer"] + sorted({f"worker {m.pid}" for m in marks
+                                       if m.pid is not None})
+        return {"job": job, "invariant": invariant, "lanes": lanes,
+                "lease_s": lease, "leases": leases, "ending": ending,
+                "sentence": sentence,
+                "marks": [{"t": round((m.t - self.t0) / 1e9, 4),
+                           "lane": "producer" if m.pid is None
+                           else f"worker {m.pid}", "kind": m.kind,
+                           "attempt": m.attempt, "text": m.text, "bad": m.bad,
+                           **({"seconds": m.seconds} if m.seconds else {})}
+                          for m in marks]}
 
     def unacked_commits(self) -> dict[str, int]:
         """Commits whose ack never landed: the only way a fenced queue duplicates.
