@@ -151,9 +151,12 @@ def test_failover_counts_add_up_and_wait_keeps_what_it_acknowledged(cluster):
     for f in (plain, waited):
         assert f.acknowledged > 0 and f.stuck == 0
         assert f.adds_up, f.summary()
+        # The kill is stamped once the primary is reaped, so the first write
+        # after it came from the promoted replica: the window covers the
+        # promotion (a stamp taken before the signal gave 0.00 s against 2.27).
+        assert f.covers_promotion, f.timeline
         t = f.timeline
-        assert t["cut"] < t["kill"] < t["fail"] < t["promoted"] < t["rejoined"]
-        assert f.refused_s > 0
+        assert f.refused_s > t["unpromoted"] - t["kill"] > 0, f.summary()
     assert plain.lost > 0, plain.summary()        # the lag, made visible
     assert waited.lost == 0, waited.summary()     # WAIT 1 said a replica had them
     assert waited.refused > 0                     # ... and refused while none did
