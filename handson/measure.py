@@ -262,8 +262,19 @@ class Throughput:
         return w, self.rates[w]
 
     @property
+    def bent(self) -> bool:
+        """Some step added under 15%: the curve bent inside the counts run."""
+        ws = sorted(self.rates)
+        return any(self.rates[b] < 1.15 * self.rates[a]
+                   for a, b in zip(ws, ws[1:], strict=False))
+
+    @property
     def knee(self) -> int:
-        """The worker count after which one more step adds under 15%."""
+        """The worker count after which one more step adds under 15%.
+
+        With no such step it is the last count run, which is not a bend:
+        `bent` says which.
+        """
         ws = sorted(self.rates)
         for a, b in zip(ws, ws[1:], strict=False):
             if self.rates[b] < 1.15 * self.rates[a]:
@@ -314,7 +325,9 @@ def throughput_text(t: Throughput) -> str:
     ll = t.littles_law()
     lines += [
         "",
-        f"knee at {t.knee} worker(s); this machine has os.cpu_count() = "
+        (f"knee at {t.knee} worker(s)" if t.bent else
+         f"no knee up to {t.knee} worker(s): every step added 15% or more")
+        + "; this machine has os.cpu_count() = "
         f"{t.cpu_count}: each worker is a process that keeps one core busy, so "
         "past the core count more workers only take turns.",
         f"Little's Law: {ll['corpus']:,} docs at {ll['best_rate']:,.0f} docs/s = "

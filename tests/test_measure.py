@@ -42,8 +42,10 @@ def test_throughput_knee_and_littles_law(redis_url, capsys, tmp_path):
 
 def test_knee_is_where_more_workers_stop_helping():
     t = measure.Throughput(1, 1, 2, {1: 100.0, 2: 190.0, 4: 200.0, 8: 195.0})
-    assert t.knee == 2
+    assert t.knee == 2 and t.bent
     assert t.best == (4, 200.0)
+    straight = measure.Throughput(1, 1, 2, {1: 100.0, 2: 190.0, 4: 360.0})
+    assert straight.knee == 4 and not straight.bent     # no bend is not a knee
 
 
 def test_lag_drains_at_capacity_minus_arrivals(redis_url, capsys, tmp_path):
