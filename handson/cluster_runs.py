@@ -374,9 +374,21 @@ class Failover:
     acks_lost: int                  # acked (True), then delivered again
     ack_errors: int                 # acks that got an error, not an answer
     refused: int                    # enqueue attempts refused (errors or no WAIT)
-    refused_s: float                # kill -> first write the shard acknowledged
+    refused_s: float                # kill (reaped) -> first write the new primary
+                                    # acknowledged (its call began after the kill)
     rate_before: float              # acknowledged enqueues/s before the kill
     events: list[dict] = field(default_factory=list, repr=False)
+
+    @property
+    def covers_promotion(self) -> bool:
+        """The refused window holds a moment when the shard had no primary.
+
+        The old primary was dead and reaped at `kill`, and at `unpromoted` the
+        replica still said it was a replica; a write acknowledged in between
+        would mean the clock, not the cluster, is wrong.
+        """
+        t = self.timeline
+        return t["kill"] < t["unpromoted"] < t["first_write"]
 
     @property
     def adds_up(self) -> bool:
@@ -407,6 +419,29 @@ def _until(what: str, ready, timeout: float, tick: float = 0.01) -> float:
             raise RedisUnavailable(f"the failover run gave up waiting for {what} "
                                    f"({timeout} s)")
         time.sleep(tick)
+
+
+def _promotion(replica, timeout: float = 20.0) -> tuple[float, float]:
+    """(last moment the replica said it was a replica, first it said primary).
+
+    Asked of the replica itself (ROLE), every 2 ms: it takes writes from the
+    moment it says "master", so no write to its shard after the kill can be
+    acknowledged before the first of the two times.
+    """
+    ask = replica.client(decode_responses=True)
+    last_replica, deadline = None, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        t0 = time.monotonic()
+        with contextlib.suppress(redis.RedisError, OSError):
+            if ask.execute_command("ROLE")[0] == "master":
+                if last_replica is None:
+                    raise RedisUnavailable("the replica was primary before the "
+                                           "run first asked it")
+                return last_replica, time.monotonic()
+            last_replica = t0
+        time.sleep(0.002)
+    raise RedisUnavailable(f"the failover run gave up waiting for the replica's "
+                           f"promotion ({timeout} s)")
 
 
 def failover(cluster: EmbeddedCluster, *, wait_ms: int = 0, cut_s: float = 0.0,
@@ -444,17 +479,15 @@ def failover(cluster: EmbeddedCluster, *, wait_ms: int = 0, cut_s: float = 0.0,
             t["cut"] = time.monotonic()
             primary.client().client_kill_filter(_type="replica")
             time.sleep(cut_s)
+        primary.kill()                      # SIGKILL, then reaped: it answers no one
         t["kill"] = time.monotonic()
-        primary.kill()
         if cut_s:
             os.kill(replica.pid, signal.SIGCONT)
         victim = f"127.0.0.1:{primary.port}"
         t["fail"] = _until("the cluster to mark the primary failed", lambda: "fail"
                            in _cluster_nodes(cluster).get(victim, {}).get("flags", ""),
                            20)
-        t["promoted"] = _until("the replica's promotion", lambda: "master" in
-                               _cluster_nodes(cluster)[f"127.0.0.1:{replica.port}"]
-                               ["flags"], 20)
+        t["unpromoted"], t["promoted"] = _promotion(replica)
         primary.restart()                   # a supervisor brings it back
         t["restarted"] = time.monotonic()
         t["rejoined"] = _until("the old primary to sync as a replica", lambda:

@@ -191,6 +191,9 @@ def check_relays(relays: list[RelayRun], kills: int) -> None:
     if not (keyed.duplicate_deliveries == kills and keyed.duplicate_effects == 0):
         raise AssertionError(f"{kills} kills: one extra delivery each, no extra "
                              f"effect with the key: {keyed}")
+    if not naive.duplicate_deliveries == naive.duplicate_effects == kills:
+        raise AssertionError(f"without the key the consumer applies each of the "
+                             f"{kills} extra deliveries again: {naive}")
     if keyed.lost or naive.lost:
         raise AssertionError(f"a relay that publishes first loses nothing: "
                              f"{naive}, {keyed}")

@@ -118,11 +118,13 @@ def test_contract_checks_pass_on_the_cluster(cluster):
 
 
 def test_chaos_run_is_valid_on_the_cluster(cluster, tmp_path):
-    cfg = ChaosConfig(workers=2, docs=200, kill_every=0.15, seed=3, iters=4000,
-                      lease_s=1.0)
+    # Kills keyed to claims, not the clock: on a loaded machine a kill every
+    # 0.15 s can land before a new worker has claimed anything, for ever.
+    cfg = ChaosConfig(workers=2, docs=200, kill_every=0, kill_every_claims=15,
+                      min_kills=3, seed=3, iters=4000, lease_s=1.0)
     report = chaos_run(cfg, redis_url=cluster.url, workdir=str(tmp_path))
     assert report.verdict == "valid", report.text()
-    assert report.stats["kills"] > 0 and report.stats["lost"] == 0
+    assert report.stats["kills"] >= 3 and report.stats["lost"] == 0
 
 
 def test_wait_counts_this_connections_write(cluster):
@@ -151,9 +153,12 @@ def test_failover_counts_add_up_and_wait_keeps_what_it_acknowledged(cluster):
     for f in (plain, waited):
         assert f.acknowledged > 0 and f.stuck == 0
         assert f.adds_up, f.summary()
+        # The kill is stamped once the primary is reaped, so the first write
+        # after it came from the promoted replica: the window covers the
+        # promotion (a stamp taken before the signal gave 0.00 s against 2.27).
+        assert f.covers_promotion, f.timeline
         t = f.timeline
-        assert t["cut"] < t["kill"] < t["fail"] < t["promoted"] < t["rejoined"]
-        assert f.refused_s > 0
+        assert f.refused_s > t["unpromoted"] - t["kill"] > 0, f.summary()
     assert plain.lost > 0, plain.summary()        # the lag, made visible
     assert waited.lost == 0, waited.summary()     # WAIT 1 said a replica had them
     assert waited.refused > 0                     # ... and refused while none did

@@ -40,10 +40,22 @@ def test_throughput_knee_and_littles_law(redis_url, capsys, tmp_path):
     assert (tmp_path / "throughput.png").stat().st_size > 0
 
 
+def test_chaos_check_wants_the_naive_sink_to_duplicate():
+    """A naive sink whose killed commits never come back twice fails the check."""
+    row = measure.ChaosRow(0, 0.01, kills=40, in_window=4, refused=0, rows=203,
+                           distinct=200, counter=203, dlq=0, lost=0, verdict="ok")
+    measure.check_chaos([row])
+    with pytest.raises(AssertionError, match="naive sink writes"):
+        measure.check_chaos([measure.ChaosRow(0, 0.01, 40, 4, 0, 200, 200, 200,
+                                              0, 0, "valid")])
+
+
 def test_knee_is_where_more_workers_stop_helping():
     t = measure.Throughput(1, 1, 2, {1: 100.0, 2: 190.0, 4: 200.0, 8: 195.0})
-    assert t.knee == 2
+    assert t.knee == 2 and t.bent
     assert t.best == (4, 200.0)
+    straight = measure.Throughput(1, 1, 2, {1: 100.0, 2: 190.0, 4: 360.0})
+    assert straight.knee == 4 and not straight.bent     # no bend is not a knee
 
 
 def test_lag_drains_at_capacity_minus_arrivals(redis_url, capsys, tmp_path):

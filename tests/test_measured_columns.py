@@ -175,11 +175,20 @@ def test_relay_check_fails_when_the_relay_deletes_before_it_publishes(tmp_path,
     with pytest.raises(AssertionError):
         outbox_runs.check_relays([keyed, keyed], KILLS)
     honest = _bench(tmp_path, redis_url, SAVE_OK, RELAY_OK)
+    ref = outbox_runs.Bench(str(tmp_path / "ref.sqlite"), redis_url)
     try:
         good = outbox_runs.relay_kills(honest, True, docs=20, kills=KILLS)
+        # this module's consumer keeps its key either way: the "without a key"
+        # run of a sink that dedups perfectly
+        perfect = outbox_runs.relay_kills(honest, False, docs=20, kills=KILLS)
+        naive = outbox_runs.relay_kills(ref, False, docs=20, kills=KILLS)
     finally:
         honest.close()
-    outbox_runs.check_relays([good, good], KILLS)
+        ref.close()
+    outbox_runs.check_relays([naive, good], KILLS)
+    assert perfect.duplicate_effects == 0, perfect
+    with pytest.raises(AssertionError, match="without the key"):
+        outbox_runs.check_relays([perfect, good], KILLS)
 
 
 class _IdOrder:

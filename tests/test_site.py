@@ -171,8 +171,39 @@ def test_every_chapter_ends_with_a_review_and_its_assignment(pages):
             f"{name}: 'Your turn' does not link its assignment")
 
 
+CHAPTERS = ("c01_delivery_semantics", "queues_and_logs", "lab_queue", "cluster",
+            "replay_matrix", "outbox")
+
+
+def test_every_chapter_is_whole(pages):
+    """Objectives and a reading time on top, a summary, Explain it back, sources."""
+    missing = {}
+    for name in CHAPTERS:
+        text = _prose(pages[f"book/{name}.html"])
+        want = {"objectives": "After this chapter you can",
+                "reading time": re.compile(r"About \d+ minutes to read"),
+                "summary": re.compile(r"What (this (chapter|page)|was) measured"),
+                "Explain it back": "Explain it back",
+                "sources": re.compile(r"(Primary sources|Go deeper|Sources)\W*\n")}
+        gaps = [k for k, w in want.items()
+                if not (w.search(text) if isinstance(w, re.Pattern) else w in text)]
+        if gaps:
+            missing[name] = gaps
+    assert missing == {}, f"chapters missing parts: {missing}"
+
+
+def test_the_glossary_defines_the_retry_terms(pages):
+    glossary = pages["book/review/glossary.html"]
+    for term in ("backoff", "jitter", "retry-budget"):
+        assert f'id="term-{term}"' in glossary, f"the glossary lacks {term}"
+    c01 = pages["book/c01_delivery_semantics.html"]
+    for term in ("lease", "heartbeat", "zombie", "fencing-token",
+                 "dead-letter-queue", "retry-budget"):
+        assert f"glossary.html#term-{term}" in c01, f"c01 does not link {term}"
+
+
 def test_the_intro_links_every_chapter(pages):
     intro = _main(pages["book/intro.html"])
-    for name in ("queues_and_logs", "lab_queue", "replay_matrix", "outbox",
+    for name in ("queues_and_logs", "lab_queue", "cluster", "replay_matrix", "outbox",
                  "exercises"):
         assert f'href="{name}.html"' in intro, f"the intro does not link {name}"

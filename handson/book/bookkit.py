@@ -10,7 +10,9 @@ from __future__ import annotations
 import html
 import inspect
 import json
+import re
 import textwrap
+from pathlib import Path
 
 from IPython.display import HTML, Markdown, display
 
@@ -76,3 +78,19 @@ def compare(chapter: str, measured: list[str]) -> None:
     display(HTML('<table class="eo-compare"><thead><tr><th>#</th><th>your guess'
                  '</th><th>measured</th></tr></thead><tbody>'
                  + "".join(cells) + "</tbody></table>" + script))
+
+
+WORDS_PER_MINUTE = 200      # a careful technical read, not a skim
+
+
+def reading_minutes(page: str) -> int:
+    """Minutes to read a chapter's prose (code cells and directives left out).
+
+    Counted from the page's own source when it builds, so the estimate at the
+    top of a chapter follows its text. `page` is the file name under book/.
+    """
+    text = (Path(__file__).resolve().parents[2] / "book" / page).read_text()
+    text = re.sub(r"^---\n.*?\n---\n", "", text, count=1, flags=re.S)
+    text = re.sub(r"^```.*?^```", " ", text, flags=re.S | re.M)
+    words = re.findall(r"[A-Za-z][A-Za-z'’-]*", text)
+    return max(1, round(len(words) / WORDS_PER_MINUTE))

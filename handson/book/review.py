@@ -13,7 +13,7 @@ import tempfile
 from contextlib import ExitStack
 
 from handson import c01_job_scheduler as c01
-from handson import outbox, outbox_runs, replay_matrix
+from handson import cluster_runs, outbox, outbox_runs, replay_matrix
 from handson.book import sim
 from handson.effects.sqldb import default_target
 from handson.faults.engine import ChaosConfig
@@ -27,13 +27,18 @@ def delivery() -> dict:
     return {"jobs": len(jobs), "crashes": sum(crashed for _, crashed in jobs)}
 
 
-def drain(seeds: range = range(1, 11)) -> dict:
-    """The simulation's spike against backlog / (capacity - arrivals)."""
+def drain() -> dict:
+    """The simulation's spike against backlog / (capacity - arrivals).
+
+    The same seeded runs "Queues and logs" averages, so both pages show one
+    number.
+    """
     cap = sim.QueueSim(workers=4).capacity()
-    runs = [sim.spike_drain_s(seed) for seed in seeds]
+    runs = sim.spike_drains()
     return {"spike": sim.SPIKE_JOBS, "capacity": cap, "arrivals": 6.0,
             "predicted_s": sim.predicted_drain_s(sim.SPIKE_JOBS, cap, 6.0),
-            "mean_s": statistics.mean(runs), "lease_s": sim.LEASE_TICKS * sim.TICK_S}
+            "mean_s": statistics.mean(runs), "runs": len(runs),
+            "lease_s": sim.LEASE_TICKS * sim.TICK_S}
 
 
 def chaos(url: str, docs: int = 60) -> dict:
@@ -69,9 +74,22 @@ def dual_write(url: str, docs: int = 30, kills: int = 3) -> dict:
     return {r.mode: r for r in runs}
 
 
+def failover() -> dict:
+    """The cluster chapter's lagging-replica failover, without and with WAIT 1.
+
+    Its own private cluster: a failover kills a primary.
+    """
+    plain, waited = cluster_runs.failover_table(cluster_runs.SCENARIOS[1:])
+    return {"cut_s": plain.cut_s, "wait_ms": waited.wait_ms,
+            **{f"{k}_{a}": getattr(f, a) for k, f in (("plain", plain),
+                                                      ("wait", waited))
+               for a in ("acknowledged", "lost")}}
+
+
 def everything() -> dict:
     """All of the above on one private Redis."""
     with ExitStack() as stack:
         url = stack.enter_context(redis_url())
         return {"delivery": delivery(), "drain": drain(), "chaos": chaos(url),
-                "policies": policies(), "dual_write": dual_write(url)}
+                "policies": policies(), "dual_write": dual_write(url),
+                "failover": failover()}

@@ -237,6 +237,14 @@ def apply_event(sim: QueueSim, action: str, arg) -> None:
         raise ValueError(f"unknown scenario action {action!r}")
 
 
+SPIKE_SEEDS = range(1, 21)     # the runs every page that quotes the drain averages
+
+
+def spike_drains(seeds: range = SPIKE_SEEDS) -> list[float]:
+    """The spike's drain time in each seeded run: one source for every page."""
+    return [spike_drain_s(seed) for seed in seeds]
+
+
 def spike_drain_s(seed: int, workers: int = 4, arrivals: float = 6.0,
                   spike: int = SPIKE_JOBS, warmup_s: float = 30.0,
                   limit_s: float = 600.0) -> float:
