@@ -62,7 +62,8 @@ from handson.faults.server_clock import REPORT_MS, ServerClock
 from handson.queues.contract import ContractError, load_queue
 
 INVARIANTS = {
-    "lost": "enqueued, never applied, not in the DLQ",
+    "lost": "enqueued, never applied, and not in the DLQ (or in it although "
+            "no worker ever claimed it)",
     "applied_twice": "a job's effect applied more than once",
     "unexpected": "an effect for a job that was never enqueued",
     "dead_without_reason": "a DLQ entry with an empty reason",
@@ -812,6 +813,40 @@ class _Judge:
         for e in self.events:
             if "job" in e:
                 self.by_job[str(e["job"])].append(e)
+        self.unearned = self._unearned_dead()
+
+    def _unearned_dead(self) -> set[str]:
+        """DLQ entries the workers' logs do not justify: jobs no worker claimed.
+
+        `dead()` is the queue's own word, so a queue that drops jobs could list
+        them all as dead; a job is dead only after attempts that ended badly,
+        and every attempt starts with a claim in a worker's log. The one claim
+        no log shows is one its worker died inside (a crash point in claim(),
+        or an engine kill while its log showed no job held); as many jobs as
+        max_attempts such deaths could bury are excused.
+        """
+        claimed = {job for job, evs in self.by_job.items()
+                   if any(e["ev"] == "claim" for e in evs)}
+        unseen = [j for j in self.dead if j in self.idset and j not in claimed]
+        excused = self._unlogged_claims() // max(1, self.cfg.max_attempts)
+        return set(unseen[excused:])
+
+    def _unlogged_claims(self) -> int:
+        """Deaths that may have cut a claim short before its worker logged it."""
+        last: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        for e in self.events:
+            last[e["pid"]].append((e["t"], e["ev"]))
+        idle_kills = 0
+        for t, pid in self.run.kills:
+            before = [ev for te, ev in last.get(pid, []) if te <= t]
+            idle_kills += not before or before[-1] != "claim"
+        return self.died_in_claim + idle_kills
+
+    def lost(self) -> list[str]:
+        """Enqueued, never applied, and not (earned) in the DLQ."""
+        times = Counter(job for job, *_ in self.applied)
+        return [j for j in self.ids if j not in times
+                and (j not in self.dead or j in self.unearned)]
 
     def _stale(self, kinds: tuple[str, ...]) -> list[str]:
         """Jobs where an accepted call of `kinds` came after a newer claim."""
@@ -882,7 +917,7 @@ class _Judge:
         times = Counter(job for job, *_ in self.applied)
         deliveries = Counter(e["job"] for e in self.events if e["ev"] == "claim")
         broken = {
-            "lost": [j for j in self.ids if j not in times and j not in self.dead],
+            "lost": self.lost(),
             "applied_twice": [j for j in self.ids if times[j] > 1],
             "unexpected": sorted({j for j in times if j not in self.idset}
                                  | {j for j in self.dead if j not in self.idset}),
@@ -998,6 +1033,9 @@ class _Judge:
             n, why = self.dead[job]
             text.append(f"    at the end    in the DLQ after {n} attempts: "
                         f"{why or '(no reason)'}")
+            if job in self.unearned:
+                text.append("    but no worker's log shows it claimed: a job the "
+                            "queue calls dead without handing it out is lost")
         elif job not in self.times:
             text.append("    at the end    never applied, not in the DLQ")
             if job not in self.by_job and self.died_in_claim:
@@ -1041,8 +1079,7 @@ class _Judge:
             "distinct": s["rows"] if idem else s["naive_distinct"],
             "counter": s["counter"],
             "dlq": len(self.dead),
-            "lost": sum(1 for j in self.ids if j not in self.times
-                        and j not in self.dead),
+            "lost": len(self.lost()),
             "elapsed_s": round(elapsed, 2),
             "unacked": self.unacked_commits(),
             "applied_histogram": {str(k): v for k, v in sorted(applied_h.items())},
@@ -1106,10 +1143,12 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
         judge = _Judge(run_, ids, t_enqueued, dead, t0)
         invariants = judge.invariants(ending)
         short = run_.short_of_quota()
+        if short:              # said even beside a broken invariant: no pass here
+            reason = _short_reason(short, run_.chaos_s or elapsed)
         if any(inv.ok is False for inv in invariants.values()):
             verdict = "invalid"
         elif short:
-            verdict, reason = "unknown", _short_reason(short, run_.chaos_s or elapsed)
+            verdict = "unknown"
         elif ending in ("drained", "quiet") and not run_.abnormal:
             verdict = "valid"
         else:

@@ -17,7 +17,8 @@ lanes run side by side, like threads calling a module in one process. When
 the first argument, which is how the queue contract's `r` crosses the pipe.
 Tuples and bytes are tagged so they come back as they went; a few of the
 caller's own objects cross as stand-ins (`decode`), and what happened to them
-comes back as "notes". "__threads__" counts threads the module left running.
+comes back as "notes". Threads the module left running are counted from
+outside (`RemoteModule.threads`): the host runs one per lane besides its own.
 
 Callbacks: a caller-side object passed as {"__local__": {"kind": "caller",
 "ref", "methods", "attrs"}} (`remote_module.Caller`) becomes a proxy here whose
@@ -54,7 +55,6 @@ import time
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
-_WATCHERS: list = []
 
 
 def encode(value, depth: int = 0):
@@ -309,9 +309,7 @@ def _die_with_parent() -> None:
 
     if os.getppid() != parent and not _under_prefix():
         os._exit(1)
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    _WATCHERS.append(watcher.ident)
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _under_prefix() -> bool:
@@ -458,20 +456,14 @@ def serve(module, inbox, outbox) -> None:
                    "error": {"type": type(err).__name__, "message": str(err)}})
 
     def lane(inbox_q) -> None:
-        ours.add(threading.get_ident())
         while True:
             run(inbox_q.get())
 
-    ours = {threading.get_ident(), *_WATCHERS}
     CALLBACKS.outbox, CALLBACKS.write = outbox, write
     for line in inbox:
         req = json.loads(line)
         if "callback_reply" in req:
             CALLBACKS.answer(req)
-            continue
-        if req.get("fn") == "__threads__":    # threads the learner's code left
-            reply({"id": req["id"], "ok": sum(
-                t.ident not in ours for t in threading.enumerate())})
             continue
         lane_key = req.get("lane")
         if lane_key not in lanes:
