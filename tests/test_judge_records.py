@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,38 @@ def test_a_module_linked_out_of_its_folder_opens_no_other_folder(tmp_path,
     assert ev.problems == ["myqueue.py is a link to a file outside its folder: the "
                            "grader judges only a module file that is really there"]
     assert sorted(p.name for p in other.iterdir()) == ["real.py"]
+
+
+SPY = '''
+import os
+import time
+
+SEEN = sorted(os.environ)           # at import, before any call
+
+
+def seen():
+    return SEEN
+
+
+def now():
+    return time.time()
+'''
+
+
+def test_the_host_environment_does_not_give_the_grader_away(tmp_path, redis_url,
+                                                             monkeypatch):
+    """Under the grader the learner's module sees the variables any confined
+    process gets; the host's settings (the clock skew here) came on its pipe."""
+    monkeypatch.setenv("EO_CLOCK_SKEW_S", "3600")
+    monkeypatch.delenv("QUEUE_MAX", raising=False)
+    path = tmp_path / "spy.py"
+    path.write_text(SPY)
+    env = queue_runs.learner_env(str(path), redis_url)
+    q = remote_module.load(str(path), json.loads(env[remote_module.ENV]))
+    try:
+        seen, skewed = q.seen(), q.now() - time.time()
+    finally:
+        q.close()
+        sandbox.cleanup(tmp_path)
+    assert seen == ["HOME", "LANG", "PATH", "PYTHONPATH", "REDIS_URL", "TMPDIR"]
+    assert 3500 < skewed < 3700

@@ -40,7 +40,7 @@ import threading
 from pathlib import Path
 
 from handson.infra import learner_host, learner_module
-from handson.infra.learner_module import ModuleProblem
+from handson.infra.learner_module import SKEW_ENV, ModuleProblem
 
 ENV = "EO_LEARNER_PREFIX"
 HOST = str(Path(learner_host.__file__).resolve())
@@ -171,15 +171,18 @@ class _Host:
     def __init__(self, spec: str, prefix: list[str], what: str,
                  cwd: str | None = None):
         self.spec, self.what = spec, what
-        env = dict(os.environ, EO_HOST_PARENT=str(os.getpid()),
-                   EO_HOST_DIRECT="1" if not prefix else "0")
-        env.pop(ENV, None)
+        env = {k: v for k, v in os.environ.items() if k not in (ENV, SKEW_ENV)}
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = ROOT + (os.pathsep + path if path else "")
         self.proc = _Spawner.popen([*prefix, sys.executable, HOST, spec],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    env=env, text=True, bufsize=1, cwd=cwd)
         self.write_lock = threading.Lock()
+        try:                # the host's settings, read before the module loads
+            self._send({"host": {"parent": os.getpid(), "direct": not prefix,
+                                 "skew": os.environ.get(SKEW_ENV, "").strip()}})
+        except (BrokenPipeError, ValueError, OSError):
+            pass            # it died already: the hello says how
         self.pending: dict[int, queue.SimpleQueue] = {}   # id -> its messages
         self.replies: dict[str, int] = {}   # function -> Redis replies, last call
         self.ids = iter(range(1, 1 << 62))
