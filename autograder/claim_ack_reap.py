@@ -167,8 +167,8 @@ def _chaos_outcomes(reports: list[dict], shown_path: str, real_path: str) -> tup
                       if rep.get("invariants", {}).get(i, {}).get("ok") is False]
             if _unjudged(rep) and not broken:
                 ok = False
-                message = ("the chaos run could not judge this (never a pass): "
-                           + _unjudged(rep))
+                message = ("the chaos run's verdict is unknown, so it could not "
+                           "judge this (never a pass): " + _unjudged(rep))
                 replay = replay or rep_replay
                 break
             for inv in broken + [i for i in INVARIANTS[c.name] if i not in broken]:

@@ -51,7 +51,8 @@ def replayable(replay: str, module, workdir: Path, nb_path: Path,
     """
     name = getattr(module, "MODULE_FILE", None)
     judged = workdir / name if name else None
-    if judged is None or not judged.exists() or f"--queue {name}" not in replay:
+    if (judged is None or not judged.is_file() or judged.is_symlink()
+            or f"--queue {name}" not in replay):
         return replay
     own = nb_path.parent / name
     keep = own if (own.is_file() and not own.is_symlink()
@@ -149,7 +150,8 @@ def run_learner_cells(nb, module, workdir: Path, quick: bool,
     except (OSError, ValueError):
         summary = {}
     executed = workdir / "executed.ipynb"
-    if executed_copy is not None and executed.exists():
+    # The work dir was the learner's: a link there is not followed.
+    if executed_copy is not None and executed.is_file() and not executed.is_symlink():
         shutil.copyfile(executed, executed_copy)
     return _execution_problems(summary, finished, timeout), finished.isolation
 

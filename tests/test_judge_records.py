@@ -146,6 +146,11 @@ def test_replay_copy_never_follows_a_link(tmp_path, monkeypatch):
     out = replayable(cmd, claim_ack_reap, judged, folder / "nb.ipynb", [])
     assert "--queue a2/replay-myqueue.py " in out
     assert replay.read_text() == "# the judged queue\n"
+    replay.unlink()                  # a judged module that is a link: not copied
+    (judged / "myqueue.py").unlink()
+    (judged / "myqueue.py").symlink_to(target)
+    assert replayable(cmd, claim_ack_reap, judged, folder / "nb.ipynb", []) == cmd
+    assert not replay.exists()
 
 
 ESCAPE = textwrap.dedent('''

@@ -711,6 +711,7 @@ class _Run:
 _DONE_EVENTS = tuple(f'"ev": "{e}"'.encode() for e in (
     "ack", "ack_refused", "fail", "abandoned", "idle", "start"))
 _JOB_DONE = ("ack", "ack_refused", "fail", "abandoned")
+_BETWEEN_JOBS = (*_JOB_DONE, "start", "idle", "reap")    # next: reap or claim
 
 
 class _Tally:
@@ -832,15 +833,16 @@ class _Judge:
         return set(unseen[excused:])
 
     def _unlogged_claims(self) -> int:
-        """Deaths that may have cut a claim short before its worker logged it."""
-        last: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        """Deaths that may have cut a claim short before its worker logged it:
+        inside claim(), or killed when its log last showed it between jobs."""
+        logs: dict[int, list[tuple[int, str]]] = defaultdict(list)
         for e in self.events:
-            last[e["pid"]].append((e["t"], e["ev"]))
-        idle_kills = 0
+            logs[e["pid"]].append((e["t"], e["ev"]))
+        between = 0
         for t, pid in self.run.kills:
-            before = [ev for te, ev in last.get(pid, []) if te <= t]
-            idle_kills += not before or before[-1] != "claim"
-        return self.died_in_claim + idle_kills
+            before = [ev for te, ev in logs.get(pid, []) if te <= t]
+            between += not before or before[-1] in _BETWEEN_JOBS
+        return self.died_in_claim + between
 
     def lost(self) -> list[str]:
         """Enqueued, never applied, and not (earned) in the DLQ."""
