@@ -9,7 +9,8 @@ chaos once the queue is mostly done or, with a fault quota, once the quota is
 in (enqueueing more documents until it is; short of it, the run is unknown),
 waits for the drain, and then judges:
 
-- lost: enqueued, never applied, not in the DLQ, once the queue went quiet;
+- lost: enqueued, never applied, not in the DLQ, once the queue went quiet
+  (a DLQ entry counts only for a job some worker's log shows claimed);
 - applied_twice: more than one effect for a job (the `applied` ledger);
 - unexpected: an effect for a job that was never enqueued;
 - dead_without_reason: a DLQ entry with an empty reason;
@@ -32,7 +33,8 @@ events with CLOCK_MONOTONIC, which is one clock for the whole machine, and an
 ack counts as stale only if the newer claim had returned before the ack was
 sent, so overlapping calls never make a false witness.
 
-The engine learns the queue's state only through the contract (enqueue, dead).
+The engine learns the queue's state only through the contract (enqueue, dead),
+and takes dead() at its word only where the workers' logs back it.
 Every process it starts is killed before `run` returns, also on an exception
 or Ctrl-C; a run that does not finish in time is "unknown", never a pass.
 """
