@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import sys
 import time
@@ -257,6 +258,17 @@ def _show_pictures(failed: list[Outcome]) -> None:
     display(HTML(figures(failed)))
 
 
+def linked_outside(path: str, shown_path: str) -> str:
+    """Why a module file that is a link out of its folder is not judged ('' if
+    it is not one): its host may write in the module's folder, never the
+    link target's."""
+    here = os.path.dirname(os.path.abspath(path))
+    if os.path.islink(path) and os.path.dirname(os.path.realpath(path)) != here:
+        return (f"{shown_path} is a link to a file outside its folder: the grader "
+                "judges only a module file that is really there")
+    return ""
+
+
 @dataclass
 class ModuleFile:
     """An assignment judged from the one module file its notebook writes.
@@ -278,6 +290,10 @@ class ModuleFile:
         """judge_file, after `own_work` has said which checks the file may earn."""
         from autograder import assignments, own_work
 
+        outside = linked_outside(path, shown_path)
+        if outside:
+            return Evaluation(not_run(assignments.load(self.tag).CHECKS, outside),
+                              [outside])
         policy = own_work.POLICIES.get(self.tag)
         if policy is None:
             return self.judge_file(path, redis_url, quick, shown_path=shown_path)

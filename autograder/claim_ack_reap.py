@@ -144,6 +144,19 @@ def _contract_outcomes(results: dict, checks: list[Check]) -> list:
     return out
 
 
+def _unjudged(rep: dict) -> str:
+    """Why a run can pass no check ('' if it can): unknown, or short of its quota.
+
+    A run short of its fault quota can still break an invariant (that is real
+    evidence, reported as such), but an unbroken one proves nothing.
+    """
+    if rep.get("verdict") == "unknown":
+        return rep.get("reason") or "it did not drain in time"
+    if rep.get("stats", {}).get("quota_short"):
+        return rep.get("reason") or "its fault quota was not met"
+    return ""
+
+
 def _chaos_outcomes(reports: list[dict], shown_path: str, real_path: str) -> tuple:
     out, invariants, replay = [], {}, ""
     for c in CHAOS_CHECKS:
@@ -151,13 +164,15 @@ def _chaos_outcomes(reports: list[dict], shown_path: str, real_path: str) -> tup
         pictures: list[dict] = []
         for rep in reports:
             rep_replay = rep.get("replay", "").replace(real_path, shown_path)
-            if rep.get("verdict") == "unknown":
+            broken = [i for i in INVARIANTS[c.name]
+                      if rep.get("invariants", {}).get(i, {}).get("ok") is False]
+            if _unjudged(rep) and not broken:
                 ok = False
-                message = ("the chaos run's verdict is unknown (never a pass): "
-                           + (rep.get("reason") or "it did not drain in time"))
+                message = ("the chaos run's verdict is unknown, so it could not "
+                           "judge this (never a pass): " + _unjudged(rep))
                 replay = replay or rep_replay
                 break
-            for inv in INVARIANTS[c.name]:
+            for inv in broken + [i for i in INVARIANTS[c.name] if i not in broken]:
                 data = rep.get("invariants", {}).get(inv, {})
                 if data.get("ok") is not True:
                     ok = False
@@ -175,9 +190,11 @@ def _chaos_outcomes(reports: list[dict], shown_path: str, real_path: str) -> tup
         out.append(outcome(c, ok, message, expected, got, witnesses, replay))
         out[-1].timelines = pictures
     for rep in reports:                 # False beats unknown (None) beats True
-        unknown = rep.get("verdict") == "unknown"
+        unknown = bool(_unjudged(rep))
         for name, data in rep.get("invariants", {}).items():
-            vals = (invariants.get(name, True), None if unknown else data.get("ok"))
+            got = data.get("ok")
+            vals = (invariants.get(name, True),
+                    None if unknown and got is not False else got)
             invariants[name] = (False if False in vals else
                                 None if None in vals else True)
     return out, invariants, replay

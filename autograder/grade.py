@@ -17,6 +17,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -37,28 +38,52 @@ def _learner_lines(text: str) -> str:
                      if not any(n in line for n in _NOISE)).strip()
 
 
-def replayable(replay: str, module, workdir: Path, nb_path: Path) -> str:
+def replayable(replay: str, module, workdir: Path, nb_path: Path,
+               problems: list[str] | None = None) -> str:
     """The replay command, pointed at a copy of the judged module the learner has.
 
     The judged file lives in a directory that is gone when grading ends, so it
     is kept next to the notebook (`replay-<file>`, never over the learner's own
     file) unless the learner's own file there is the same; the path printed is
-    relative to where the command was run.
+    relative to where the command was run. The notebook's folder is the
+    learner's: a link placed there is never followed (said in `problems`).
     """
     name = getattr(module, "MODULE_FILE", None)
     judged = workdir / name if name else None
-    if judged is None or not judged.exists() or f"--queue {name}" not in replay:
+    if (judged is None or not judged.is_file() or judged.is_symlink()
+            or f"--queue {name}" not in replay):
         return replay
     own = nb_path.parent / name
-    keep = own if own.exists() and own.read_bytes() == judged.read_bytes() else (
+    keep = own if (own.is_file() and not own.is_symlink()
+                   and own.read_bytes() == judged.read_bytes()) else (
         nb_path.parent / f"replay-{name}")
     if keep != own:
-        try:
-            keep.write_bytes(judged.read_bytes())
-        except OSError:
+        why = write_no_link(keep, judged.read_bytes())
+        if why:
+            if problems is not None:
+                problems.append(why)
             return replay
     shown = os.path.relpath(keep)
     return replay.replace(f"--queue {name}", f"--queue {shlex.quote(shown)}")
+
+
+def write_no_link(path: Path, data: bytes) -> str:
+    """Write `data` to `path` unless it is a link (or a file linked elsewhere);
+    '' when written, else why not, in one line."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_NONBLOCK, 0o644)     # a FIFO: no wait
+    except OSError as err:
+        what = "is a link" if os.path.islink(path) else f"cannot be written ({err})"
+        return f"{path.name} was not written: it {what}; the grader never follows one"
+    with os.fdopen(fd, "wb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            return (f"{path.name} was not written: it is not a plain file of its "
+                    "own (a hard link?); the grader never writes through one")
+        f.truncate()
+        f.write(data)
+    return ""
 
 
 def _execution_problems(summary: dict, finished: sandbox.Finished,
@@ -124,7 +149,8 @@ def run_learner_cells(nb, module, workdir: Path, quick: bool,
     except (OSError, ValueError):
         summary = {}
     executed = workdir / "executed.ipynb"
-    if executed_copy is not None and executed.exists():
+    # The work dir was the learner's: a link there is not followed.
+    if executed_copy is not None and executed.is_file() and not executed.is_symlink():
         shutil.copyfile(executed, executed_copy)
     return _execution_problems(summary, finished, timeout), finished.isolation
 
@@ -175,7 +201,7 @@ def grade(path: str | Path, quick: bool = False, progress=None,
         finally:
             redis.stop()
         if ev.replay:
-            ev.replay = replayable(ev.replay, module, workdir, nb_path)
+            ev.replay = replayable(ev.replay, module, workdir, nb_path, problems)
     outcomes: list[Outcome] = []
     checks = {c.name: c for c in module.CHECKS}
     for o in ev.outcomes:

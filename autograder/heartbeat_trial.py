@@ -271,7 +271,7 @@ def stops(module: str, url: str) -> dict:
     q, r = load_queue(module), connect(url)
     if isinstance(q, remote_module.RemoteModule):
         return _remote_stops(q, r)
-    before = threading.active_count()
+    before = remote_module.os_threads(os.getpid())
     fake = _Refusing(grant=2)
     seen = {"stopped_after": None}
     start = time.monotonic()
@@ -292,8 +292,8 @@ def stops(module: str, url: str) -> dict:
     elapsed = time.monotonic() - start
     time.sleep(0.3)
     return {"held": held, "elapsed": elapsed, "stopped_after": seen["stopped_after"],
-            "extend_calls": fake.calls, "threads_left": threading.active_count()
-            - before, "error": error}
+            "extend_calls": fake.calls, "error": error,
+            "threads_left": remote_module.os_threads(os.getpid()) - before}
 
 
 class _LostAtTheEnd:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -246,7 +247,7 @@ def evaluate_file(path: str, redis_url: str | None = None, quick: bool = False,
         why = (f"POLICY is {policy!r}; write down one of "
                f"{', '.join(POLICY_EMAILS)}")
         return Evaluation(not_run(CHECKS, why), [why])
-    obs = observe(str(Path(path).resolve()), policy, reads=reads)
+    obs = observe(os.path.abspath(path), policy, reads=reads)
     problems = [obs["error"]] if "error" in obs else []
     return Evaluation(judge(obs, policy), problems)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -170,7 +171,7 @@ def evaluate_file(path: str, redis_url: str, quick: bool = False,
     if not Path(path).exists():
         return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
                                           f"`%%writefile {shown_path}` cell"))
-    obs = observe(str(Path(path).resolve()), redis_url)
+    obs = observe(os.path.abspath(path), redis_url)
     problems = [obs["error"]] if "error" in obs else []
     return Evaluation(judge(obs), problems)
 

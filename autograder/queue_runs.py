@@ -63,8 +63,9 @@ def learner_env(path: str, redis_url: str | None,
     root = Path(remote_module.ROOT)
     reads = (str(Path(path).resolve()), remote_module.HOST,
              *(str(root / f) for f in imports))
-    prefix = sandbox.learner_prefix(str(Path(path).resolve().parent), redis_url,
-                                    reads)
+    # The work dir from the path as given: a link never moves it elsewhere.
+    prefix = sandbox.learner_prefix(os.path.dirname(os.path.abspath(path)),
+                                    redis_url, reads)
     env = dict(os.environ)
     env.pop("REDIS_URL", None)
     if redis_url:

@@ -246,9 +246,10 @@ def _read_json(path: str) -> dict:
         return {}
 
 
-# What a harness tells the learner host it starts (none of it a secret).
-HOST_ENV = ("EO_HOST_PARENT", "EO_HOST_DIRECT", "EO_CLOCK_SKEW_S", "QUEUE_MAX",
-            "PYTHONPATH")
+# What a learner host's environment keeps of its harness's: the queue's bound
+# (the contract says to read it there) and the course root for the host's
+# stand-ins. The host's own settings come on its pipe, not in its environment.
+HOST_ENV = ("QUEUE_MAX", "PYTHONPATH")
 
 
 def _prefix(workdir, redis_url, read_paths, env: dict, status: str | None = None,

@@ -9,7 +9,8 @@ chaos once the queue is mostly done or, with a fault quota, once the quota is
 in (enqueueing more documents until it is; short of it, the run is unknown),
 waits for the drain, and then judges:
 
-- lost: enqueued, never applied, not in the DLQ, once the queue went quiet;
+- lost: enqueued, never applied, not in the DLQ, once the queue went quiet
+  (a DLQ entry counts only for a job some worker's log shows claimed);
 - applied_twice: more than one effect for a job (the `applied` ledger);
 - unexpected: an effect for a job that was never enqueued;
 - dead_without_reason: a DLQ entry with an empty reason;
@@ -32,7 +33,8 @@ events with CLOCK_MONOTONIC, which is one clock for the whole machine, and an
 ack counts as stale only if the newer claim had returned before the ack was
 sent, so overlapping calls never make a false witness.
 
-The engine learns the queue's state only through the contract (enqueue, dead).
+The engine learns the queue's state only through the contract (enqueue, dead),
+and takes dead() at its word only where the workers' logs back it.
 Every process it starts is killed before `run` returns, also on an exception
 or Ctrl-C; a run that does not finish in time is "unknown", never a pass.
 """
@@ -62,7 +64,8 @@ from handson.faults.server_clock import REPORT_MS, ServerClock
 from handson.queues.contract import ContractError, load_queue
 
 INVARIANTS = {
-    "lost": "enqueued, never applied, not in the DLQ",
+    "lost": "enqueued, never applied, and not in the DLQ (or in it although "
+            "no worker ever claimed it)",
     "applied_twice": "a job's effect applied more than once",
     "unexpected": "an effect for a job that was never enqueued",
     "dead_without_reason": "a DLQ entry with an empty reason",
@@ -724,6 +727,7 @@ class _Run:
 _DONE_EVENTS = tuple(f'"ev": "{e}"'.encode() for e in (
     "ack", "ack_refused", "fail", "abandoned", "idle", "start"))
 _JOB_DONE = ("ack", "ack_refused", "fail", "abandoned")
+_BETWEEN_JOBS = (*_JOB_DONE, "start", "idle", "reap")    # next: reap or claim
 
 
 class _Tally:
@@ -826,6 +830,41 @@ class _Judge:
         for e in self.events:
             if "job" in e:
                 self.by_job[str(e["job"])].append(e)
+        self.unearned = self._unearned_dead()
+
+    def _unearned_dead(self) -> set[str]:
+        """DLQ entries the workers' logs do not justify: jobs no worker claimed.
+
+        `dead()` is the queue's own word, so a queue that drops jobs could list
+        them all as dead; a job is dead only after attempts that ended badly,
+        and every attempt starts with a claim in a worker's log. The one claim
+        no log shows is one its worker died inside (a crash point in claim(),
+        or an engine kill while its log showed no job held); as many jobs as
+        max_attempts such deaths could bury are excused.
+        """
+        claimed = {job for job, evs in self.by_job.items()
+                   if any(e["ev"] == "claim" for e in evs)}
+        unseen = [j for j in self.dead if j in self.idset and j not in claimed]
+        excused = self._unlogged_claims() // max(1, self.cfg.max_attempts)
+        return set(unseen[excused:])
+
+    def _unlogged_claims(self) -> int:
+        """Deaths that may have cut a claim short before its worker logged it:
+        inside claim(), or killed when its log last showed it between jobs."""
+        logs: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        for e in self.events:
+            logs[e["pid"]].append((e["t"], e["ev"]))
+        between = 0
+        for t, pid in self.run.kills:
+            before = [ev for te, ev in logs.get(pid, []) if te <= t]
+            between += not before or before[-1] in _BETWEEN_JOBS
+        return self.died_in_claim + between
+
+    def lost(self) -> list[str]:
+        """Enqueued, never applied, and not (earned) in the DLQ."""
+        times = Counter(job for job, *_ in self.applied)
+        return [j for j in self.ids if j not in times
+                and (j not in self.dead or j in self.unearned)]
 
     def _stale(self, kinds: tuple[str, ...]) -> list[str]:
         """Jobs where an accepted call of `kinds` came after a newer claim."""
@@ -896,7 +935,7 @@ class _Judge:
         times = Counter(job for job, *_ in self.applied)
         deliveries = Counter(e["job"] for e in self.events if e["ev"] == "claim")
         broken = {
-            "lost": [j for j in self.ids if j not in times and j not in self.dead],
+            "lost": self.lost(),
             "applied_twice": [j for j in self.ids if times[j] > 1],
             "unexpected": sorted({j for j in times if j not in self.idset}
                                  | {j for j in self.dead if j not in self.idset}),
@@ -1038,6 +1077,9 @@ class _Judge:
                                for m in self._marks(job)]
         if job in self.dead:
             text.append(f"    at the end    {self._ending(job)}")
+            if job in self.unearned:
+                text.append("    but no worker's log shows it claimed: a job the "
+                            "queue calls dead without handing it out is lost")
         elif job not in self.times:
             text.append(f"    at the end    {self._ending(job)}")
             if job not in self.by_job and self.died_in_claim:
@@ -1057,6 +1099,8 @@ class _Judge:
                    "end": (m.t - self.t0) / 1e9 + lease}
                   for m in marks if m.kind == "claim"]
         ending = self._ending(job)
+        if job in self.unearned:
+            ending += "; no worker's log shows it claimed, so it counts as lost"
         bad = [m for m in marks if m.bad]
         if bad:
             sentence = f"{INVARIANTS[invariant]}: {bad[0].text}"
@@ -1111,8 +1155,7 @@ class _Judge:
             "distinct": s["rows"] if idem else s["naive_distinct"],
             "counter": s["counter"],
             "dlq": len(self.dead),
-            "lost": sum(1 for j in self.ids if j not in self.times
-                        and j not in self.dead),
+            "lost": len(self.lost()),
             "elapsed_s": round(elapsed, 2),
             "unacked": self.unacked_commits(),
             "applied_histogram": {str(k): v for k, v in sorted(applied_h.items())},
@@ -1176,10 +1219,12 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
         judge = _Judge(run_, ids, t_enqueued, dead, t0)
         invariants = judge.invariants(ending)
         short = run_.short_of_quota()
+        if short:              # said even beside a broken invariant: no pass here
+            reason = _short_reason(short, run_.chaos_s or elapsed)
         if any(inv.ok is False for inv in invariants.values()):
             verdict = "invalid"
         elif short:
-            verdict, reason = "unknown", _short_reason(short, run_.chaos_s or elapsed)
+            verdict = "unknown"
         elif ending in ("drained", "quiet") and not run_.abnormal:
             verdict = "valid"
         else:

@@ -17,7 +17,8 @@ lanes run side by side, like threads calling a module in one process. When
 the first argument, which is how the queue contract's `r` crosses the pipe.
 Tuples and bytes are tagged so they come back as they went; a few of the
 caller's own objects cross as stand-ins (`decode`), and what happened to them
-comes back as "notes". "__threads__" counts threads the module left running.
+comes back as "notes". Threads the module left running are counted from
+outside (`RemoteModule.threads`): the host runs one per lane besides its own.
 
 Callbacks: a caller-side object passed as {"__local__": {"kind": "caller",
 "ref", "methods", "attrs"}} (`remote_module.Caller`) becomes a proxy here whose
@@ -35,8 +36,11 @@ course and its arguments, e.g. the effects database on the caller's target): a
 caller that passes one must let the host read that module and what it imports.
 "redis" is a client of the caller's Redis URL, for a client that is not the
 first argument.
-EO_CLOCK_SKEW_S shifts time.time() and time.time_ns() in this process, to
-check that a module takes its deadlines from the server's clock.
+Before all of that, the harness's first line on the pipe sets the host up
+({"host": {"parent", "direct", "skew"}}): the harness's pid, whether no sandbox
+prefix sits between, and a skew in seconds for time.time() and time.time_ns()
+in this process (the caller's EO_CLOCK_SKEW_S), to check that a module takes its
+deadlines from the server's clock. None of it is in the environment.
 """
 
 from __future__ import annotations
@@ -54,7 +58,6 @@ import time
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
-_WATCHERS: list = []
 
 
 def encode(value, depth: int = 0):
@@ -290,37 +293,47 @@ def decode(value, module=None, notes: list | None = None):
     return value
 
 
-def _die_with_parent() -> None:
-    """SIGKILL when the harness goes; also poll, in case the learner unsets it."""
-    parent = int(os.environ.get("EO_HOST_PARENT", "0") or 0)
+def _die_with_parent(parent: int, direct: bool) -> None:
+    """SIGKILL when the harness goes (PDEATHSIG); started straight by the
+    harness (no sandbox prefix between), also poll, in case the learner unsets
+    it."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG,
                                                        signal.SIGKILL)
     except OSError:
         pass
-    if not parent:
+    if not (parent and direct):
         return
 
     def watch() -> None:
         while True:
-            if os.getppid() != parent and not _under_prefix():
+            if os.getppid() != parent:
                 os._exit(1)
             time.sleep(0.2)
 
-    if os.getppid() != parent and not _under_prefix():
+    if os.getppid() != parent:
         os._exit(1)
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    _WATCHERS.append(watcher.ident)
+    threading.Thread(target=watch, daemon=True).start()
 
 
-def _under_prefix() -> bool:
-    """A sandbox prefix may sit between harness and host: then trust PDEATHSIG."""
-    return os.environ.get("EO_HOST_DIRECT") != "1"
+def _settings(line: str) -> dict:
+    """The harness's first line: {"host": {"parent", "direct", "skew"}}.
+
+    Sent on the pipe, not in the environment, so the learner's module sees the
+    environment it would see anywhere else.
+    """
+    try:
+        got = json.loads(line).get("host")
+    except (ValueError, AttributeError):
+        return {}
+    return got if isinstance(got, dict) else {}
 
 
-def _skew_clock() -> None:
-    skew = float(os.environ.get("EO_CLOCK_SKEW_S", "0") or 0)
+def _skew_clock(raw) -> None:
+    try:
+        skew = float(raw or 0)
+    except (TypeError, ValueError):
+        skew = 0.0
     if skew:
         real, real_ns = time.time, time.time_ns
         time.time = lambda: real() + skew
@@ -458,20 +471,14 @@ def serve(module, inbox, outbox) -> None:
                    "error": {"type": type(err).__name__, "message": str(err)}})
 
     def lane(inbox_q) -> None:
-        ours.add(threading.get_ident())
         while True:
             run(inbox_q.get())
 
-    ours = {threading.get_ident(), *_WATCHERS}
     CALLBACKS.outbox, CALLBACKS.write = outbox, write
     for line in inbox:
         req = json.loads(line)
         if "callback_reply" in req:
             CALLBACKS.answer(req)
-            continue
-        if req.get("fn") == "__threads__":    # threads the learner's code left
-            reply({"id": req["id"], "ok": sum(
-                t.ident not in ours for t in threading.enumerate())})
             continue
         lane_key = req.get("lane")
         if lane_key not in lanes:
@@ -483,17 +490,18 @@ def serve(module, inbox, outbox) -> None:
 
 
 def main() -> int:
-    _die_with_parent()
     # The pipe to the harness moves to private descriptors, so the learner's
     # print() goes to stderr and input() reads nothing.
     inbox = os.fdopen(os.dup(0), "r")
+    settings = _settings(inbox.readline())
+    _die_with_parent(int(settings.get("parent") or 0), bool(settings.get("direct")))
     outbox = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(2, 1)
     here = Path(__file__).resolve().parent      # no `import q` from here
     sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != here]
-    _skew_clock()
+    _skew_clock(settings.get("skew"))
     try:
         module = _load(sys.argv[1])
     except RuntimeError as err:

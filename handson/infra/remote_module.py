@@ -40,7 +40,7 @@ import threading
 from pathlib import Path
 
 from handson.infra import learner_host, learner_module
-from handson.infra.learner_module import ModuleProblem
+from handson.infra.learner_module import SKEW_ENV, ModuleProblem
 from handson.redis_server import learner_url
 
 ENV = "EO_LEARNER_PREFIX"
@@ -130,6 +130,15 @@ class _Spawner:
         return cls.pool.submit(subprocess.Popen, *args, **kwargs).result()
 
 
+def os_threads(pid: int) -> int:
+    """The threads of process `pid` (0 if it is gone), from the kernel's list:
+    threading.enumerate() misses a thread made with _thread.start_new_thread."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
 def prefix_from_env() -> list[str] | None:
     raw = os.environ.get(ENV)
     if raw is None:
@@ -163,18 +172,22 @@ class _Host:
     def __init__(self, spec: str, prefix: list[str], what: str,
                  cwd: str | None = None):
         self.spec, self.what = spec, what
-        env = dict(os.environ, EO_HOST_PARENT=str(os.getpid()),
-                   EO_HOST_DIRECT="1" if not prefix else "0")
-        env.pop(ENV, None)
+        env = {k: v for k, v in os.environ.items() if k not in (ENV, SKEW_ENV)}
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = ROOT + (os.pathsep + path if path else "")
         self.proc = _Spawner.popen([*prefix, sys.executable, HOST, spec],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    env=env, text=True, bufsize=1, cwd=cwd)
         self.write_lock = threading.Lock()
+        try:                # the host's settings, read before the module loads
+            self._send({"host": {"parent": os.getpid(), "direct": not prefix,
+                                 "skew": os.environ.get(SKEW_ENV, "").strip()}})
+        except (BrokenPipeError, ValueError, OSError):
+            pass            # it died already: the hello says how
         self.pending: dict[int, queue.SimpleQueue] = {}   # id -> its messages
         self.replies: dict[str, int] = {}   # function -> Redis replies, last call
         self.ids = iter(range(1, 1 << 62))
+        self.lanes: set = set()             # each has a thread in the host
         self.died: str | None = None
         self.hello: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._reader, daemon=True).start()
@@ -267,6 +280,7 @@ class _Host:
         ident = next(self.ids)
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.pending[ident] = inbox
+        self.lanes.add(lane)
         req = {"id": ident, "lane": lane, "fn": fn,
                "args": learner_host.encode(list(args)),
                "kwargs": learner_host.encode(dict(kwargs)), "redis": target}
@@ -310,6 +324,18 @@ class _Host:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def tasks(self) -> int:
+        """Threads of the host and of every process under it, as the kernel
+        counts them: nothing the learner's code does in there can hide one."""
+        import psutil
+
+        try:
+            top = psutil.Process(self.proc.pid)
+            procs = [top, *top.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0
+        return sum(os_threads(p.pid) for p in procs)
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -398,8 +424,11 @@ class RemoteModule:
         return list(getattr(self._notes, "value", []))
 
     def threads(self) -> int:
-        """Threads the learner's code has running in its process now."""
-        return self._current().call(None, "__threads__", [], {}, None, 30, [])
+        """Threads running in the learner's processes now, counted from outside,
+        less one per lane (the host's thread for each caller-side client):
+        compare two counts, since the prefix's own processes count too."""
+        host = self._current()
+        return host.tasks() - len(host.lanes)
 
     def close(self) -> None:
         if self._pid == os.getpid():
