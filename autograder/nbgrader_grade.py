@@ -90,10 +90,14 @@ class GradeOutsideKernel(NbGraderPreprocessor):
                 reason = str(err)
             if executed_path.exists():
                 executed = nbformat.read(str(executed_path), as_version=4)
+        if result is not None:     # the cells as graded: deleted ones put back
+            nb = notebook.for_grading(nb, result.assignment).nb
         write_outcomes(nb, result, reason, executed)
         if result is not None:
             self.log.info("autograder: %s scored %d/%d", result.submission,
                           result.score, result.max_score)
             for p in result.problems:
                 self.log.warning("autograder: %s", p)
+            for n in result.notes:
+                self.log.info("autograder: %s", n)
         return nb, resources
