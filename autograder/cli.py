@@ -36,7 +36,7 @@ def _find(target: str) -> Path:
 
 
 def _grade_class(args) -> int:
-    from autograder import grade_class
+    from autograder import grade_class, term
 
     if args.workers is not None and args.workers < 1:
         print("cannot grade: --workers must be at least 1", file=sys.stderr)
@@ -46,7 +46,7 @@ def _grade_class(args) -> int:
             Path(args.submitted), course=Path(args.course) if args.course else None,
             only=args.only, workers=args.workers, scheduler=args.scheduler,
             quick=args.quick, progress=lambda m: print(m, file=sys.stderr, flush=True))
-    except (notebook.SubmissionError, OSError) as err:
+    except (notebook.SubmissionError, term.TermError, OSError) as err:
         print(f"cannot grade: {err}", file=sys.stderr)
         return 2
     print(grade_class.report(run))

@@ -13,7 +13,9 @@ notebook's SHA-256, the grader's version), so a grade that arrives twice is
 recorded once, a re-run after a crash grades only what is missing, and a
 changed submission (another hash) or a changed grader is graded again. The
 ledger feeds nbgrader's gradebook (what `generate_feedback` and the
-formgrader read), the `autograded/` notebooks and a CSV.
+formgrader read), the `autograded/` notebooks, `grades.csv`, and the export
+(`autograder.export`: Canvas's gradebook import and a per-check CSV), with
+the late policy of the course config (`autograder.term`) applied.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import assignments, notebook
+from autograder import assignments, export, notebook, term
 from handson.redis_server import die_with_parent
 
 GRADE_TIMEOUT_S = 600          # one submission, everything included
@@ -183,7 +185,8 @@ def _ensure_assignment(gb, name: str, db_url: str) -> None:
         "notebook": name, "assignment": name, "db_url": db_url}})
 
 
-def write_gradebook(db_url: str, sub: Submission, result: dict) -> None:
+def write_gradebook(db_url: str, sub: Submission, result: dict,
+                    late_penalty: float = 0.0) -> None:
     """nbgrader's rows for this submission: setting a score twice is one write."""
     from nbgrader.api import Gradebook, MissingEntry
 
@@ -203,6 +206,10 @@ def write_gradebook(db_url: str, sub: Submission, result: dict) -> None:
                                   sub.student)
                 g.auto_score = float(check["points"])
                 g.needs_manual_grade = False
+        with contextlib.suppress(MissingEntry):
+            gb.find_submission_notebook(sub.assignment, sub.assignment, sub.student
+                                        ).late_submission_penalty = (
+                late_penalty or None)
         gb.db.commit()
 
 
@@ -213,7 +220,8 @@ def _venv_on_path() -> None:
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
 
 
-def write_autograded(course: Path, sub: Submission, result: dict) -> Path:
+def write_autograded(course: Path, sub: Submission, result: dict,
+                     late: str = "") -> Path:
     """The submission with each grade cell showing its verdict, for feedback."""
     import nbformat
 
@@ -225,8 +233,9 @@ def write_autograded(course: Path, sub: Submission, result: dict) -> Path:
         outcomes=[Outcome(**{k: c[k] for k in OUTCOME_FIELDS if k in c})
                   for c in result["checks"]],
         problems=result.get("problems", []), replay=result.get("replay", ""),
-        elapsed_s=result.get("elapsed_s", 0.0), quick=result.get("quick", False))
-    nb = notebook.read(sub.path)
+        elapsed_s=result.get("elapsed_s", 0.0), quick=result.get("quick", False),
+        notes=result.get("notes", []) + ([late] if late else []))
+    nb = notebook.for_grading(notebook.read(sub.path), sub.assignment).nb
     write_outcomes(nb, graded)
     out = course / "autograded" / sub.student / sub.assignment / sub.path.name
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -250,6 +259,7 @@ class ClassRun:
     failed: dict[str, str] = field(default_factory=dict)      # key -> why
     skipped: list[str] = field(default_factory=list)
     deliveries: Counter = field(default_factory=Counter)      # key -> results seen
+    finals: list = field(default_factory=list)                # export.Final
     elapsed_s: float = 0.0
     workers: int = 0
 
@@ -297,6 +307,7 @@ def grade_class(root: Path, *, course: Path | None = None, only=None,
     say = progress or (lambda line: None)
     start = time.monotonic()
     subs, skipped = discover(root, only)
+    rules = term.load(course)          # a bad course config stops us before grading
     grader = grader_version()
     ledger = Ledger(course / "grade-class.db")
     db_url = f"sqlite:///{course / 'gradebook.db'}"
@@ -340,12 +351,12 @@ def grade_class(root: Path, *, course: Path | None = None, only=None,
             client.close()
             if cluster is not None:
                 cluster.close()
-    for s in subs:                            # the gradebook mirrors the ledger
-        result = ledger.result(s, grader)
-        if result is not None:
-            write_gradebook(db_url, s, result)
-            write_autograded(course, s, result)
+    run.finals = export.finals(subs, ledger, grader, rules)
+    for g in run.finals:                      # the gradebook mirrors the ledger
+        write_gradebook(db_url, g.sub, g.result, g.late.penalty)
+        write_autograded(course, g.sub, g.result, g.late.text)
     write_csv(course / "grades.csv", subs, ledger, grader)
+    export.export(course, run.finals)
     run.elapsed_s = time.monotonic() - start
     return run
 
