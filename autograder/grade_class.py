@@ -37,7 +37,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import assignments, export, notebook, term
+from autograder import assignments, export, item_stats, notebook, term
 from handson.redis_server import die_with_parent
 
 GRADE_TIMEOUT_S = 600          # one submission, everything included
@@ -260,6 +260,7 @@ class ClassRun:
     skipped: list[str] = field(default_factory=list)
     deliveries: Counter = field(default_factory=Counter)      # key -> results seen
     finals: list = field(default_factory=list)                # export.Final
+    written: list = field(default_factory=list)               # files for the course
     elapsed_s: float = 0.0
     workers: int = 0
 
@@ -356,7 +357,9 @@ def grade_class(root: Path, *, course: Path | None = None, only=None,
         write_gradebook(db_url, g.sub, g.result, g.late.penalty)
         write_autograded(course, g.sub, g.result, g.late.text)
     write_csv(course / "grades.csv", subs, ledger, grader)
-    export.export(course, run.finals)
+    run.written = [course / "grades.csv", *export.export(course, run.finals),
+                   course / "item-stats.md"]
+    item_stats.write(run.written[-1], [g.result for g in run.finals])
     run.elapsed_s = time.monotonic() - start
     return run
 
@@ -425,6 +428,11 @@ def report(run: ClassRun) -> str:
         if times:
             lines.append(f"  grade time:  median {statistics.median(times):.1f} s, "
                          f"max {max(times):.1f} s per submission")
+    if run.finals:
+        lines += ["", "item statistics:", item_stats.text(item_stats.collect(
+            [g.result for g in run.finals]))]
+    if run.written:
+        lines += ["", "wrote " + ", ".join(str(p) for p in run.written)]
     if run.failed or run.skipped:
         lines += ["", "could not be graded:"]
         lines += [f"  {k}: {why}" for k, why in sorted(run.failed.items())]

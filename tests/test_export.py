@@ -124,3 +124,13 @@ def test_late_rules_and_bad_config(tmp_path, capsys):
     assert cli.main(["grade-class", str(tmp_path / "submitted")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "is not a date and time" in err, err
+
+
+def test_grade_class_prints_and_writes_item_statistics(exported):
+    course, run = exported
+    text = grade_class.report(run)
+    assert "item statistics:" in text and "claim_ack_reap: pass rates" in text
+    assert "zombie_ack_refused 50%" in text, text
+    assert "## claim_ack_reap: 2 submission(s)" in (course / "item-stats.md"
+                                                    ).read_text()
+    assert str(course / "grades-canvas.csv") in text
