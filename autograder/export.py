@@ -45,11 +45,12 @@ class Final:
         return round(self.result["score"] - self.late.penalty, 2)
 
 
-def finals(subs, ledger, grader: str, rules: term.Term) -> list[Final]:
-    """The graded submissions (by this grader) with their late penalties."""
+def finals(subs, ledger, graders: dict[str, str], rules: term.Term) -> list[Final]:
+    """The graded submissions (by the current grader versions, per assignment),
+    with their late penalties."""
     out = []
     for s in subs:
-        result = ledger.result(s, grader)
+        result = ledger.result(s, graders[s.assignment])
         if result is None:
             continue
         late = term.late(rules, s.assignment, term.submitted_at(s.path.parent),
@@ -83,7 +84,8 @@ def write_canvas(path: Path, grades: list[Final], course: Path) -> None:
         w = csv.writer(f)
         w.writerow(CANVAS_HEADER + names)
         w.writerow([POINTS_POSSIBLE, "", "", "", ""] + [
-            _points(sum(assignments.points(a).values())) for a in names])
+            _points(max(g.result["max_score"] for g in grades if g.assignment == a))
+            for a in names])
         for student in sorted({g.student for g in grades}):
             name, lms_id = people.get(student, ("", ""))
             w.writerow([name or student, lms_id, "", student, ""] + [

@@ -174,6 +174,8 @@ def grade(path: str | Path, quick: bool = False, progress=None,
             ev.replay = replayable(ev.replay, module, workdir, nb_path)
     outcomes: list[Outcome] = []
     for o in ev.outcomes:
+        # The source notebook's points count, as in nbgrader's gradebook.
+        o.max_points = ready.points.get(o.name, o.max_points)
         if not only or o.name in only:
             outcomes.append(o)
     return GradeResult(assignment=name, submission=str(nb_path), outcomes=outcomes,

@@ -56,10 +56,9 @@ def exported(tmp_path_factory):
     write_class(course)
     subs, _ = grade_class.discover(course / "submitted")
     ledger = grade_class.Ledger(course / "grade-class.db")
-    grader = grade_class.grader_version()
     for s in subs:
-        ledger.record(s, grader, result_for(s.assignment,
-                                            CLASS[s.student][s.assignment][0]))
+        ledger.record(s, grade_class.grader_version(s.assignment),
+                      result_for(s.assignment, CLASS[s.student][s.assignment][0]))
     run = grade_class.grade_class(course / "submitted", course=course)
     return course, run
 
