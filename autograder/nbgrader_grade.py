@@ -9,7 +9,9 @@ judges from outside, then writes each grade cell's outcome as that cell's
 output: a `[PASS]` line, or an error with what to fix. nbgrader's
 `SaveAutoGrades` reads those outputs, so its points are the grader's points.
 The learner's cells get the outputs of their sandboxed run; the check cell
-gets the whole report.
+gets the whole report. The notebook returned is the one graded, restored from
+the source (`notebook.restore`): a test cell the learner deleted is put back
+with its outcome, so both routes give the same points.
 """
 
 from __future__ import annotations
