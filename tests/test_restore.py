@@ -14,7 +14,7 @@ import copy
 import nbformat
 import pytest
 
-from autograder import notebook
+from autograder import assignments, notebook
 
 NAME = "delivery_semantics"
 
@@ -72,6 +72,7 @@ def test_edited_deleted_and_duplicated_test_cells(source):
     _cell(nb, "ack_before_work").source = "print('[PASS] ack_before_work 2/2')"
     _cell(nb, "ack_before_work").outputs = [nbformat.v4.new_output(
         "stream", name="stdout", text="[PASS]\n")]
+    _cell(nb, "ack_after_work").metadata.nbgrader["points"] = 99   # changed points
     nb.cells.remove(_cell(nb, "dedup_in_tx"))
     nb.cells.append(copy.deepcopy(_cell(nb, "window_escapes")))
     nb.cells[-1].metadata.nbgrader["points"] = 30                 # changed points
@@ -79,8 +80,9 @@ def test_edited_deleted_and_duplicated_test_cells(source):
     _same_as_source(done.nb, source)
     assert _ids(done.nb) == _ids(source), "deleted cell put back in its place"
     assert not _cell(done.nb, "ack_before_work").outputs
-    assert "test cell 'ack_before_work' restored from the current release (it was "\
-        "edited)" in done.notes
+    assert done.points == {c.name: c.points for c in assignments.load(NAME).CHECKS}
+    assert "test cells 'ack_before_work', 'ack_after_work' restored from the "\
+        "current release (edited)" in done.notes
     assert "test cell 'dedup_in_tx' restored from the current release (it was "\
         "deleted)" in done.notes
 
