@@ -59,3 +59,10 @@ c.Autograde.autograde_preprocessors = [
 # The kernel's own log lines ("Kernel is running over TCP without encryption")
 # are not the learner's business; its errors still show.
 c.Execute.extra_arguments = ["--log-level=ERROR"]
+# The term, for `python -m autograder grade-class` (nbgrader ignores this
+# section): a due date (UTC) per assignment, and the late policy, a fraction
+# of the points off per day or part of a day late, from nbgrader's
+# submitted/<student>/<assignment>/timestamp.txt. grade-class applies it in
+# grades-canvas.csv and shows it in the autograded notebooks and feedback.
+c.Term.due = {}          # e.g. {"claim_ack_reap": "2026-10-12 23:59:00 UTC"}
+c.Term.late_penalty_per_day = 0.0     # 0: no late penalty; 0.1: 10 % a day

@@ -134,6 +134,7 @@ class GradeResult:
     quick: bool = False
     isolation: str = ""          # which sandbox protections held: full / partial / none
     server_isolation: str = ""   # the same for the run's Redis server
+    notes: list[str] = field(default_factory=list)   # e.g. test cells restored
 
     @property
     def score(self) -> int:
@@ -150,7 +151,7 @@ class GradeResult:
         data = {"assignment": self.assignment, "submission": self.submission,
                 "score": self.score, "max_score": self.max_score,
                 "quick": self.quick, "elapsed_s": round(self.elapsed_s, 2),
-                "problems": self.problems,
+                "problems": self.problems, "notes": self.notes,
                 # "<name>_ok": true when the invariant held in every chaos
                 # run, false when a run broke it, null when unknown.
                 "invariants": {f"{k}_ok": v for k, v in self.invariants.items()},
@@ -166,6 +167,8 @@ class GradeResult:
                     if self.quick else "")]
         for p in self.problems:
             lines.append(f"  ! {p}")
+        for n in self.notes:
+            lines.append(f"  note: {n}")
         lines.append("")
         for o in self.outcomes:
             mark = "PASS" if o.ok else "FAIL"

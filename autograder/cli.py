@@ -6,6 +6,7 @@
                                                 # the quick version while working
     python -m autograder list                   # the assignments and their checks
     python -m autograder grade-class submitted/ # a whole class, in parallel
+                                                # (--dry-run: what would regrade)
 
 Exit code: 0 full marks, 1 points lost, 2 could not grade (bad path or name).
 """
@@ -36,7 +37,7 @@ def _find(target: str) -> Path:
 
 
 def _grade_class(args) -> int:
-    from autograder import grade_class
+    from autograder import grade_class, term
 
     if args.workers is not None and args.workers < 1:
         print("cannot grade: --workers must be at least 1", file=sys.stderr)
@@ -45,10 +46,15 @@ def _grade_class(args) -> int:
         run = grade_class.grade_class(
             Path(args.submitted), course=Path(args.course) if args.course else None,
             only=args.only, workers=args.workers, scheduler=args.scheduler,
-            quick=args.quick, progress=lambda m: print(m, file=sys.stderr, flush=True))
-    except (notebook.SubmissionError, OSError) as err:
+            quick=args.quick, dry_run=args.dry_run,
+            progress=lambda m: print(m, file=sys.stderr, flush=True))
+    except (notebook.SubmissionError, term.TermError, OSError) as err:
         print(f"cannot grade: {err}", file=sys.stderr)
         return 2
+    if args.dry_run:
+        print("\n".join(run.would) or "nothing to grade: every submission is "
+              "graded by the current grader")
+        return 0
     print(grade_class.report(run))
     return 0 if not run.failed else 1
 
@@ -87,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--course", help="where gradebook.db, grade-class.db, "
                    "autograded/ and grades.csv go (default: submitted/'s parent)")
     k.add_argument("--quick", action="store_true", help="fewer cases (as `check`)")
+    k.add_argument("--dry-run", action="store_true", help="only say what would be "
+                   "graded or regraded (after a grader or source change), and why")
     args = p.parse_args(argv)
 
     if args.cmd == "list":

@@ -48,6 +48,7 @@ def page(result: GradeResult) -> str:
         f"<td>{o.points}/{o.max_points}</td><td>{escape(o.title)}</td></tr>"
         for o in result.outcomes)
     problems = "".join(f"<li>{escape(p)}</li>" for p in result.problems)
+    notes = "".join(f"<li>{escape(n)}</li>" for n in result.notes)
     failures = "\n".join(f"<pre>{escape(o.explain())}</pre>"
                          for o in result.outcomes if not o.ok)
     pictures = figures(result.outcomes)
@@ -59,6 +60,7 @@ def page(result: GradeResult) -> str:
 <p>{escape(result.submission)} &middot; graded in {result.elapsed_s:.1f} s
 {" &middot; quick run" if result.quick else ""}</p>
 {f"<h2>Problems</h2><ul>{problems}</ul>" if problems else ""}
+{f"<h2>Notes</h2><ul>{notes}</ul>" if notes else ""}
 <h2>Checks</h2><table>{rows}</table>
 {"<h2>What the failing runs did</h2>" + pictures if pictures else ""}
 {"<h2>Failures in full</h2>" + failures if failures else ""}

@@ -6,8 +6,9 @@
 Every run gets its own temporary directory and its own embedded Redis; the
 learner's notebook runs in a sandboxed kernel (`autograder.sandbox`), and
 everything it started is killed when it ends. Test cells are never run here:
-the assignment's `evaluate` judges from outside, and a test cell that was
-edited or deleted scores zero for its check.
+the assignment's `evaluate` judges from outside. Test, check and locked
+cells are restored from the source notebook first (a note, never a zero), so
+a notebook from an earlier release is graded on the learner's answers.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import assignments, notebook, sandbox, server
-from autograder.checks import GradeResult, Outcome, outcome
+from autograder.checks import GradeResult, Outcome
 
 _NOISE = ("Kernel is running over TCP", "susceptible to eavesdropping",
           "SAWarning", "MovedIn20Warning", "warnings.warn(")
@@ -179,14 +180,9 @@ def grade(path: str | Path, quick: bool = False, progress=None,
             f"{name} has no check {', '.join(unknown)}; its checks: "
             f"{', '.join(known)}")
     problems: list[str] = [why] if why else []
-    tampered: dict[str, str] = {}
-    source = notebook.source_notebook(name)
-    if source is None:
-        problems.append("the source notebook is not available, so test cells were "
-                        "not compared with it")
-    else:
-        tampered = notebook.integrity(nb, notebook.read(source))
-        problems += list(tampered.values())
+    ready = notebook.for_grading(nb, name)
+    nb = ready.nb
+    problems += ready.problems
     with tempfile.TemporaryDirectory(prefix=f"eo-grade-{name}-") as tmp:
         workdir = Path(tmp)
         say(f"running the learner's cells of {nb_path.name}")
@@ -203,14 +199,13 @@ def grade(path: str | Path, quick: bool = False, progress=None,
         if ev.replay:
             ev.replay = replayable(ev.replay, module, workdir, nb_path, problems)
     outcomes: list[Outcome] = []
-    checks = {c.name: c for c in module.CHECKS}
     for o in ev.outcomes:
-        if o.name in tampered:
-            o = outcome(checks[o.name], False, tampered[o.name])
+        # The source notebook's points count, as in nbgrader's gradebook.
+        o.max_points = ready.points.get(o.name, o.max_points)
         if not only or o.name in only:
             outcomes.append(o)
     return GradeResult(assignment=name, submission=str(nb_path), outcomes=outcomes,
                        problems=problems + ev.problems, invariants=ev.invariants,
                        replay=ev.replay, elapsed_s=time.monotonic() - start,
                        quick=quick, isolation=isolation,
-                       server_isolation=redis.isolation)
+                       server_isolation=redis.isolation, notes=ready.notes)

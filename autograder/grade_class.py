@@ -13,7 +13,9 @@ notebook's SHA-256, the grader's version), so a grade that arrives twice is
 recorded once, a re-run after a crash grades only what is missing, and a
 changed submission (another hash) or a changed grader is graded again. The
 ledger feeds nbgrader's gradebook (what `generate_feedback` and the
-formgrader read), the `autograded/` notebooks and a CSV.
+formgrader read), the `autograded/` notebooks, `grades.csv`, and the export
+(`autograder.export`: Canvas's gradebook import and a per-check CSV), with
+the late policy of the course config (`autograder.term`) applied.
 """
 
 from __future__ import annotations
@@ -35,11 +37,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import assignments, notebook
+from autograder import assignments, export, item_stats, notebook, regrade, term
 from handson.redis_server import die_with_parent
 
 GRADE_TIMEOUT_S = 600          # one submission, everything included
-SOURCES = ("autograder", "handson")
 
 
 @dataclass(frozen=True)
@@ -56,15 +57,9 @@ class Submission:
         return f"{self.student}/{self.assignment}@{self.sha[:12]}"
 
 
-def grader_version() -> str:
-    """A hash of everything that decides a grade: the grader, the lab, the sources."""
-    h = hashlib.sha256()
-    files = [p for d in SOURCES for p in sorted((notebook.REPO / d).rglob("*.py"))]
-    files += sorted(notebook.SOURCE_DIR.glob("*/*.ipynb"))
-    for p in files:
-        h.update(str(p.relative_to(notebook.REPO)).encode() + b"\0")
-        h.update(p.read_bytes())
-    return h.hexdigest()[:16]
+def grader_version(assignment: str | None = None) -> str:
+    """The version of everything that decides `assignment`'s grades (see regrade)."""
+    return regrade.version(assignment)
 
 
 def discover(root: Path, only: list[str] | None = None) -> tuple[list[Submission],
@@ -140,7 +135,28 @@ class Ledger:
             "sha text, grader text, score int, max_score int, grade_s real, "
             "result text, recorded_at real, "
             "primary key (student, assignment, sha, grader))")
+        self.con.execute("create table if not exists graders (grader text primary "
+                         "key, files text)")
         self.con.commit()
+
+    def note_grader(self, grader: str, files: dict[str, str]) -> None:
+        """The files behind a grader version, to say later what changed."""
+        with self.con:
+            self.con.execute("insert into graders values (?, ?) on conflict do "
+                             "nothing", (grader, json.dumps(files)))
+
+    def files(self, grader: str) -> dict[str, str] | None:
+        row = self.con.execute("select files from graders where grader=?",
+                               (grader,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def previous(self, sub: Submission, grader: str) -> tuple[str, dict] | None:
+        """The latest grade of this very notebook by another grader version."""
+        row = self.con.execute(
+            "select grader, result from grades where student=? and assignment=? "
+            "and sha=? and grader!=? order by recorded_at desc limit 1",
+            (sub.student, sub.assignment, sub.sha, grader)).fetchone()
+        return (row[0], json.loads(row[1])) if row else None
 
     def has(self, sub: Submission, grader: str) -> bool:
         return self.con.execute(
@@ -183,7 +199,8 @@ def _ensure_assignment(gb, name: str, db_url: str) -> None:
         "notebook": name, "assignment": name, "db_url": db_url}})
 
 
-def write_gradebook(db_url: str, sub: Submission, result: dict) -> None:
+def write_gradebook(db_url: str, sub: Submission, result: dict,
+                    late_penalty: float = 0.0) -> None:
     """nbgrader's rows for this submission: setting a score twice is one write."""
     from nbgrader.api import Gradebook, MissingEntry
 
@@ -203,6 +220,10 @@ def write_gradebook(db_url: str, sub: Submission, result: dict) -> None:
                                   sub.student)
                 g.auto_score = float(check["points"])
                 g.needs_manual_grade = False
+        with contextlib.suppress(MissingEntry):
+            gb.find_submission_notebook(sub.assignment, sub.assignment, sub.student
+                                        ).late_submission_penalty = (
+                late_penalty or None)
         gb.db.commit()
 
 
@@ -213,7 +234,8 @@ def _venv_on_path() -> None:
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
 
 
-def write_autograded(course: Path, sub: Submission, result: dict) -> Path:
+def write_autograded(course: Path, sub: Submission, result: dict,
+                     late: str = "") -> Path:
     """The submission with each grade cell showing its verdict, for feedback."""
     import nbformat
 
@@ -225,8 +247,9 @@ def write_autograded(course: Path, sub: Submission, result: dict) -> Path:
         outcomes=[Outcome(**{k: c[k] for k in OUTCOME_FIELDS if k in c})
                   for c in result["checks"]],
         problems=result.get("problems", []), replay=result.get("replay", ""),
-        elapsed_s=result.get("elapsed_s", 0.0), quick=result.get("quick", False))
-    nb = notebook.read(sub.path)
+        elapsed_s=result.get("elapsed_s", 0.0), quick=result.get("quick", False),
+        notes=result.get("notes", []) + ([late] if late else []))
+    nb = notebook.for_grading(notebook.read(sub.path), sub.assignment).nb
     write_outcomes(nb, graded)
     out = course / "autograded" / sub.student / sub.assignment / sub.path.name
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -250,6 +273,11 @@ class ClassRun:
     failed: dict[str, str] = field(default_factory=dict)      # key -> why
     skipped: list[str] = field(default_factory=list)
     deliveries: Counter = field(default_factory=Counter)      # key -> results seen
+    finals: list = field(default_factory=list)                # export.Final
+    regraded: dict[str, str] = field(default_factory=dict)    # key -> the diff
+    unchanged: list[str] = field(default_factory=list)        # regraded, same
+    would: list[str] = field(default_factory=list)            # --dry-run
+    written: list = field(default_factory=list)               # files for the course
     elapsed_s: float = 0.0
     workers: int = 0
 
@@ -289,23 +317,30 @@ def _bar(done: int, total: int, running: int, failed: int, start: float) -> str:
 
 def grade_class(root: Path, *, course: Path | None = None, only=None,
                 workers: int | None = None, scheduler: str | None = None,
-                quick: bool = False, progress=None) -> ClassRun:
-    """Grade what is not yet recorded; record each grade exactly once."""
-    from distributed import wait
-
+                quick: bool = False, progress=None,
+                dry_run: bool = False) -> ClassRun:
+    """Grade what is not yet recorded by its grader version; record each grade
+    exactly once; say per student what a regrade changed."""
     course = course or root.parent
     say = progress or (lambda line: None)
     start = time.monotonic()
     subs, skipped = discover(root, only)
-    grader = grader_version()
-    ledger = Ledger(course / "grade-class.db")
-    db_url = f"sqlite:///{course / 'gradebook.db'}"
+    rules = term.load(course)          # a bad course config stops us before grading
+    files = {a: regrade.manifest(a) for a in sorted({s.assignment for s in subs})}
+    graders = {a: regrade.version(a) for a in files}
     run = ClassRun(skipped=skipped, workers=workers or default_workers())
+    if dry_run:
+        run.would = _would(subs, course / "grade-class.db", graders, files)
+        return run
+    ledger = Ledger(course / "grade-class.db")
+    for a, grader in graders.items():
+        ledger.note_grader(grader, files[a])
+    db_url = f"sqlite:///{course / 'gradebook.db'}"
     todo = []
     for s in subs:
-        if ledger.has(s, grader):
+        if ledger.has(s, graders[s.assignment]):
             run.already.append(s.key)
-            run.graded[s.key] = ledger.result(s, grader)
+            run.graded[s.key] = ledger.result(s, graders[s.assignment])
         else:
             todo.append(s)
     say(f"{len(subs)} submissions: {len(run.already)} already graded by this "
@@ -313,45 +348,95 @@ def grade_class(root: Path, *, course: Path | None = None, only=None,
         + (f"the cluster at {scheduler}" if scheduler else
            f"{run.workers} local graders"))
     if todo:
-        client, cluster = _client(run.workers, scheduler)
-        try:
-            futures = {client.submit(grade_job, s.assignment, s.path.read_bytes(),
-                                     quick, key=f"grade-{s.key}", pure=False): s
-                       for s in todo}
-            pending = set(futures)
-            last, shown = 0.0, None
-            while pending:
-                try:
-                    done, pending = wait(pending, timeout=1.0,
-                                         return_when="FIRST_COMPLETED")
-                except TimeoutError:
-                    done = set()
-                for fut in done:
-                    _settle(fut, futures[fut], run, ledger, grader, db_url, course)
-                now = time.monotonic()
-                processing = sum(len(v) for v in client.processing().values())
-                state = (len(run.graded) - len(run.already), processing,
-                         len(run.failed))
-                if state != shown or now - last >= 15:
-                    last, shown = now, state
-                    say(_bar(state[0] + state[2], len(todo), processing,
-                             state[2], start))
-        finally:
-            client.close()
-            if cluster is not None:
-                cluster.close()
-    for s in subs:                            # the gradebook mirrors the ledger
-        result = ledger.result(s, grader)
-        if result is not None:
-            write_gradebook(db_url, s, result)
-            write_autograded(course, s, result)
-    write_csv(course / "grades.csv", subs, ledger, grader)
+        _grade_todo(todo, run, ledger, graders, quick, scheduler, say, start)
+    run.finals = export.finals(subs, ledger, graders, rules)
+    for g in run.finals:                      # the gradebook mirrors the ledger
+        if _changed(run, ledger, g.sub, graders, course):
+            write_gradebook(db_url, g.sub, g.result, g.late.penalty)
+            write_autograded(course, g.sub, g.result, g.late.text)
+    write_csv(course / "grades.csv", subs, ledger, graders)
+    run.written = [course / "grades.csv", *export.export(course, run.finals),
+                   course / "item-stats.md"]
+    item_stats.write(run.written[-1], [g.result for g in run.finals])
     run.elapsed_s = time.monotonic() - start
     return run
 
 
-def _settle(fut, sub: Submission, run: ClassRun, ledger: Ledger, grader: str,
-            db_url: str, course: Path) -> None:
+def _would(subs, ledger_path: Path, graders, files) -> list[str]:
+    """--dry-run: what a run would grade or regrade, and why; nothing written."""
+    ledger = Ledger(ledger_path) if ledger_path.exists() else None
+    out = []
+    for s in subs:
+        grader = graders[s.assignment]
+        if ledger is not None and ledger.has(s, grader):
+            continue
+        before = ledger.previous(s, grader) if ledger is not None else None
+        if before is None:
+            out.append(f"{s.key}: would grade (not graded before)")
+            continue
+        changed = regrade.changed_files(ledger.files(before[0]), files[s.assignment])
+        out.append(f"{s.key}: would regrade, because "
+                   + (", ".join(changed) if changed else "the grader changed"))
+    return out
+
+
+def _changed(run: ClassRun, ledger: Ledger, sub: Submission, graders,
+             course: Path) -> bool:
+    """Whether this grade is to be written out: new, or a regrade that changed
+    it (an unchanged regrade leaves gradebook and feedback as they were)."""
+    if sub.key not in run.recorded_now:
+        return not (course / "autograded" / sub.student / sub.assignment /
+                    sub.path.name).exists()
+    grader = graders[sub.assignment]
+    before = ledger.previous(sub, grader)
+    if before is None:
+        return True
+    new = ledger.result(sub, grader)
+    if not regrade.diff(before[1], new):
+        run.unchanged.append(sub.key)
+        return False
+    files = regrade.changed_files(ledger.files(before[0]), ledger.files(grader) or {})
+    run.regraded[sub.key] = regrade.describe(sub.key, before[1], new, files)
+    return True
+
+
+def _grade_todo(todo, run: ClassRun, ledger: Ledger, graders, quick: bool,
+                scheduler: str | None, say, start: float) -> None:
+    """Hand every submission in `todo` to the Dask workers; record each grade."""
+    from distributed import wait
+
+    client, cluster = _client(run.workers, scheduler)
+    try:
+        futures = {client.submit(grade_job, s.assignment, s.path.read_bytes(),
+                                 quick, key=f"grade-{s.key}", pure=False): s
+                   for s in todo}
+        pending = set(futures)
+        last, shown = 0.0, None
+        while pending:
+            try:
+                done, pending = wait(pending, timeout=1.0,
+                                     return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                done = set()
+            for fut in done:
+                sub = futures[fut]
+                _settle(fut, sub, run, ledger, graders[sub.assignment])
+            now = time.monotonic()
+            processing = sum(len(v) for v in client.processing().values())
+            state = (len(run.graded) - len(run.already), processing,
+                     len(run.failed))
+            if state != shown or now - last >= 15:
+                last, shown = now, state
+                say(_bar(state[0] + state[2], len(todo), processing,
+                         state[2], start))
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _settle(fut, sub: Submission, run: ClassRun, ledger: Ledger,
+            grader: str) -> None:
     try:
         result = fut.result()
     except Exception as err:  # noqa: BLE001 - KilledWorker, lost connection, ...
@@ -370,11 +455,11 @@ def _settle(fut, sub: Submission, run: ClassRun, ledger: Ledger, grader: str,
 
 
 def write_csv(path: Path, subs: list[Submission], ledger: Ledger,
-              grader: str) -> None:
+              graders: dict[str, str]) -> None:
     """One row per submission: score, max, and points per check."""
     rows = []
     for s in subs:
-        r = ledger.result(s, grader)
+        r = ledger.result(s, graders[s.assignment])
         if r is None:
             continue
         rows.append({"student": s.student, "assignment": s.assignment,
@@ -414,6 +499,15 @@ def report(run: ClassRun) -> str:
         if times:
             lines.append(f"  grade time:  median {statistics.median(times):.1f} s, "
                          f"max {max(times):.1f} s per submission")
+    if run.regraded or run.unchanged:
+        lines += ["", f"regraded after a grader change: {len(run.regraded)} "
+                  f"changed, {len(run.unchanged)} unchanged (left as they were)"]
+        lines += ["  " + d for _, d in sorted(run.regraded.items())]
+    if run.finals:
+        lines += ["", "item statistics:", item_stats.text(item_stats.collect(
+            [g.result for g in run.finals]))]
+    if run.written:
+        lines += ["", "wrote " + ", ".join(str(p) for p in run.written)]
     if run.failed or run.skipped:
         lines += ["", "could not be graded:"]
         lines += [f"  {k}: {why}" for k, why in sorted(run.failed.items())]

@@ -9,7 +9,9 @@ judges from outside, then writes each grade cell's outcome as that cell's
 output: a `[PASS]` line, or an error with what to fix. nbgrader's
 `SaveAutoGrades` reads those outputs, so its points are the grader's points.
 The learner's cells get the outputs of their sandboxed run; the check cell
-gets the whole report.
+gets the whole report. The notebook returned is the one graded, restored from
+the source (`notebook.restore`): a test cell the learner deleted is put back
+with its outcome, so both routes give the same points.
 """
 
 from __future__ import annotations
@@ -101,10 +103,14 @@ class GradeOutsideKernel(NbGraderPreprocessor):
                 reason = str(err)
             if executed_path.exists():
                 executed = nbformat.read(str(executed_path), as_version=4)
+        if result is not None:     # the cells as graded: deleted ones put back
+            nb = notebook.for_grading(nb, result.assignment).nb
         write_outcomes(nb, result, reason, executed)
         if result is not None:
             self.log.info("autograder: %s scored %d/%d", result.submission,
                           result.score, result.max_score)
             for p in result.problems:
                 self.log.warning("autograder: %s", p)
+            for n in result.notes:
+                self.log.info("autograder: %s", n)
         return nb, resources

@@ -3,21 +3,27 @@
 A submission is a copy of a released notebook (`exercises/<name>/<name>.ipynb`)
 with the solution cells filled in. The grader runs only the learner's cells
 (test cells and the check cell are dropped: the grader judges from outside),
-and compares every test cell with the source notebook the way nbgrader does,
-by `nbgrader.utils.compute_checksum`.
+after restoring the test, check and locked cells from the source notebook by
+grade_id, the way nbgrader's autograde does: an edited, deleted or outdated
+test cell is a note, never a zero.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 from nbgrader.utils import compute_checksum, is_grade, is_solution
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE_DIR = REPO / "solutions"
+# The source notebooks; AUTOGRADER_SOURCE_DIR points the grader at another
+# copy (a fix being tried before it is committed, or a test's).
+SOURCE_DIR = Path(os.environ.get("AUTOGRADER_SOURCE_DIR") or REPO / "solutions")
 RELEASE_DIR = REPO / "exercises"
 
 
@@ -197,21 +203,136 @@ def _grade_id(cell) -> str | None:
     return cell.metadata.get("nbgrader", {}).get("grade_id")
 
 
-def integrity(nb, source) -> dict[str, str]:
-    """Test cells that were edited or deleted: grade_id -> what happened."""
-    mine = {_grade_id(c): c for c in nb.cells if role(c) == "test"}
-    problems = {}
-    for cell in source.cells:
-        if role(cell) != "test":
-            continue
+def _restored_by_source(cell) -> bool:
+    """Cells the source owns: grade cells that are not answers, locked, check."""
+    nbg = cell.metadata.get("nbgrader", {})
+    return role(cell) in ("test", "check") or (bool(nbg.get("locked"))
+                                               and not nbg.get("solution"))
+
+
+def _cell_kind(cell) -> str:
+    return "test cell" if role(cell) == "test" else "locked cell"
+
+
+def _why_differs(mine) -> str:
+    """'from an earlier release' if the cell matches the checksum it was
+    released with (only wording: a forged checksum changes nothing else)."""
+    recorded = mine.metadata.get("nbgrader", {}).get("checksum")
+    return ("from an earlier release" if recorded
+            and recorded == compute_checksum(mine) else "edited")
+
+
+@dataclass
+class Restored:
+    """The notebook as graded, and what restoring it changed."""
+
+    nb: object
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    points: dict[str, float] = field(default_factory=dict)   # the source's
+
+
+def _say(kind: str, ids: list[str], how: str) -> str:
+    names = ", ".join(repr(i) for i in ids)
+    return (f"{kind}{'s' if len(ids) > 1 else ''} {names} restored from the current "
+            f"release ({how})")
+
+
+def restore(nb, source) -> Restored:
+    """What nbgrader's OverwriteCells (with add_missing_cells) does, by grade_id.
+
+    The learner's cells stay in their order. A cell whose grade_id is one the
+    source owns (test, check, locked) becomes the source's cell, whatever the
+    learner's copy says; later copies of an id are dropped (answers: kept as
+    plain code, like nbgrader's DeduplicateIds); a source-owned cell missing
+    from the notebook is put back after the cell that precedes it in the
+    source. A grade or locked cell the source does not know is left out; an
+    answer cell it does not know stays as the learner's code.
+    """
+    owned = {_grade_id(c): c for c in source.cells
+             if _grade_id(c) and _restored_by_source(c)}
+    answers = [_grade_id(c) for c in source.cells
+               if _grade_id(c) and is_solution(c)]
+    out = nbformat.v4.new_notebook(metadata=copy.deepcopy(nb.metadata))
+    seen: set[str] = set()
+    changed: dict[tuple[str, str], list[str]] = {}
+    dropped: list[str] = []
+    for cell in nb.cells:
         gid = _grade_id(cell)
-        if gid not in mine:
-            problems[gid] = f"the test cell {gid!r} was deleted"
-        elif compute_checksum(mine[gid]) != compute_checksum(cell):
-            problems[gid] = (f"the test cell {gid!r} was edited (its checksum differs "
-                             "from the source); test cells are read-only: restore "
-                             "it from the released notebook")
-    return problems
+        mine = copy.deepcopy(cell)
+        if gid in owned:
+            if gid in seen:
+                continue
+            theirs = owned[gid]
+            if (compute_checksum(mine) != compute_checksum(theirs)
+                    or mine.cell_type != theirs.cell_type):
+                changed.setdefault((_cell_kind(theirs), _why_differs(mine)),
+                                   []).append(gid)
+            mine = copy.deepcopy(theirs)
+        elif gid in answers and gid not in seen:
+            mine.metadata["nbgrader"] = copy.deepcopy(_source_cell(source, gid)
+                                                      .metadata["nbgrader"])
+        elif "nbgrader" in mine.metadata:
+            if not is_solution(mine) and (is_grade(mine) or mine.metadata[
+                    "nbgrader"].get("locked")):
+                if gid:
+                    dropped.append(gid)
+                continue
+            del mine.metadata["nbgrader"]       # a duplicate or unknown answer
+            mine.metadata.get("autograder", {}).pop("role", None)
+        if _grade_id(mine):
+            seen.add(gid)
+        out.cells.append(mine)
+    deleted = _put_back(out, source, owned, seen)
+    notes = [_say(kind, ids, f"it was {how}" if len(ids) == 1 else how)
+             for (kind, how), ids in changed.items()]
+    if dropped:
+        notes.append(f"grade or locked cell(s) {', '.join(map(repr, dropped))} "
+                     "are not in the current release: left out")
+    for kind in ("test cell", "locked cell"):
+        ids = [g for g in deleted if _cell_kind(owned[g]) == kind]
+        if ids:
+            notes.append(_say(kind, ids, "it was deleted" if len(ids) == 1
+                              else "they were deleted"))
+    missing = [a for a in answers if a not in seen]
+    return Restored(out, notes, [
+        f"answer cell{'s' if len(missing) > 1 else ''} "
+        f"{', '.join(map(repr, missing))} of the current release "
+        f"{'are' if len(missing) > 1 else 'is'} not in this notebook (deleted, or "
+        "its grade_id changed): graded on the cells that are there"] if missing
+                    else [], {gid: c.metadata.nbgrader.get("points", 0)
+                              for gid, c in owned.items() if role(c) == "test"})
+
+
+def for_grading(nb, name: str) -> Restored:
+    """The notebook to grade: `restore`d from the assignment's source notebook."""
+    source = source_notebook(name)
+    if source is None:
+        return Restored(nb, [], ["the source notebook is not available, so test "
+                                 "cells were not restored from it"])
+    return restore(nb, read(source))
+
+
+def _source_cell(source, gid: str):
+    return next(c for c in source.cells if _grade_id(c) == gid)
+
+
+def _put_back(out, source, owned: dict, seen: set[str]) -> list[str]:
+    """Insert the source-owned cells `out` lacks; return their ids."""
+    deleted, previous = [], None
+    for cell in source.cells:
+        gid = _grade_id(cell)
+        if gid in owned and gid not in seen:
+            at = 0
+            if previous is not None:
+                at = 1 + next(i for i, c in enumerate(out.cells)
+                              if _grade_id(c) == previous)
+            out.cells.insert(at, copy.deepcopy(cell))
+            deleted.append(gid)
+            seen.add(gid)
+        if gid in seen:
+            previous = gid
+    return deleted
 
 
 def learner_cells(nb):

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import nbformat
 import psutil
 import pytest
 
@@ -130,6 +131,41 @@ def test_untouched_exercise_scores_zero_quickly(exercise_grades, name):
     assert "NotImplementedError" in text
 
 
+# --- a correct notebook saved from an earlier release --------------------------------
+
+def earlier_release(name: str, dest: Path) -> Path:
+    """Today's solution as saved from an earlier release: the grade cells import
+    an old module name, and one test cell's text differs."""
+    nb = notebook.read(notebook.source_notebook(name))
+    for cell in nb.cells:
+        if notebook.role(cell) in ("test", "check"):
+            cell.source = cell.source.replace(f"autograder.{name}", "autograder.a1")
+    first = next(c for c in nb.cells if notebook.role(c) == "test")
+    first.source = "# the check, as it was last week\n" + first.source
+    path = dest / "earlier" / f"{name}.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def earlier_grade(tmp_path_factory):
+    path = earlier_release("delivery_semantics", tmp_path_factory.mktemp("old"))
+    return path, grade(path)
+
+
+def test_earlier_release_scores_full_marks_with_a_note(earlier_grade):
+    path, result = earlier_grade
+    assert result.score == result.max_score, [o.explain() for o in result.outcomes
+                                              if not o.ok]
+    assert not result.problems, result.problems
+    assert any(n.startswith("test cells 'ack_before_work', 'ack_after_work'")
+               and "restored from the current release" in n
+               for n in result.notes), result.notes
+    assert "note: test cells 'ack_before_work'" in result.text()
+    assert json.loads(result.to_json())["notes"] == result.notes
+
+
 def test_text_report_names_failures_and_replays(tmp_path):
     """The human report: points per check, what to fix, expected vs got."""
     res = _cli("check", str(ROOT / "exercises" / "delivery_semantics"))
@@ -178,13 +214,16 @@ def _gradebook(course: Path, name: str, student: str) -> dict[str, float]:
         return {g.name: g.score for nb in sub.notebooks for g in nb.grades}
 
 
-def test_nbgrader_autograde_gives_the_same_points(tmp_path, solution_grades):
-    """A full-marks and a partly wrong submission, through both graders."""
+def test_nbgrader_autograde_gives_the_same_points(tmp_path, solution_grades,
+                                                 earlier_grade):
+    """A full-marks, a partly wrong and an earlier release's submission, through
+    both graders."""
     wrong = corpus.build("a1_effect_then_key", tmp_path, notebook.SOURCE_DIR)
     subs = {"ada": {"delivery_semantics": notebook.source_notebook(
                 "delivery_semantics"),
                     "claim_ack_reap": notebook.source_notebook("claim_ack_reap")},
-            "bob": {"delivery_semantics": wrong}}
+            "bob": {"delivery_semantics": wrong},
+            "cy": {"delivery_semantics": earlier_grade[0]}}
     course = _course(tmp_path, subs)
     for name in ("delivery_semantics", "claim_ack_reap"):
         res = _nbgrader("autograde", name, "--log-level=WARN", cwd=course)
@@ -193,6 +232,7 @@ def test_nbgrader_autograde_gives_the_same_points(tmp_path, solution_grades):
                             solution_grades[name][1]["checks"]}
             for name in subs["ada"]}
     ours["bob", "delivery_semantics"] = grade(wrong).points()
+    ours["cy", "delivery_semantics"] = earlier_grade[1].points()
     for (student, name), points in ours.items():
         theirs = _gradebook(course, name, student)
         assert theirs == {k: float(v) for k, v in points.items()}, (student, name)

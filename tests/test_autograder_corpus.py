@@ -5,8 +5,9 @@ bug at a time: an ack without the attempt check, a claim in two round trips, a
 reap that is not atomic, a dedup key with the attempt number, effect then key
 in two writes, a heartbeat that resurrects a reaped lease, a poison job that
 never counts an attempt, an endless loop, sys.exit(), a syntax error, a
-process left running, an edited test cell, a lease deadline from the worker's
-clock, a heartbeat without its final lease check, a missing pause point.
+process left running, an edited test cell (restored: a note, not a zero), a
+lease deadline from the worker's clock, a heartbeat without its final lease
+check, a missing pause point.
 Correct submissions written differently score full marks, one or more per
 assignment: a queue on Redis Streams, a queue with other keys reaping in
 batches, another dedup key, a scheduled heartbeat, the "miss" policy, an
@@ -74,6 +75,8 @@ def test_bug_costs_the_check_that_names_it(graded, name):
         assert by[check].ok, f"{name} also broke {check}: {by[check].explain()}"
     if "problem" in spec:
         assert any(spec["problem"] in p for p in result.problems), result.problems
+    if "note" in spec:
+        assert any(spec["note"] in n for n in result.notes), result.notes
     assert 0 <= result.score < result.max_score
     assert elapsed < 150, f"grading {name} took {elapsed:.0f} s"
 

@@ -7,7 +7,7 @@ is (old, new), or ("def", NAME, SOURCE) to replace a whole function, or
 the bug), `loses_one_of` maps checks to phrases of which at least one must
 show (a bug that surfaces one way or another, by the chaos run's luck), `keeps`
 lists checks that must still pass (the bug costs nothing else), `problem` is a
-phrase that must appear in the report's problems.
+phrase that must appear in the report's problems, `note` one in its notes.
 Edits that no longer apply fail the test, so the corpus cannot rot silently.
 """
 
@@ -64,7 +64,9 @@ SUBMISSIONS = {
         loses={"dedup_in_tx": "two writes"},
         keeps=["dedup_key_stable", "dedup_outside_tx", "ack_before_work"]),
     # An endless loop, sys.exit(), a process left running and an edited test
-    # cell: four misbehaviours on four different checks, graded in one run.
+    # cell, graded in one run: three misbehaviours cost their checks; the
+    # edited test cell (a forged verdict) is restored from the source, so its
+    # check earns what the learner's code earns, with a note.
     "a1_loop_exit_leftover_tamper": dict(
         assignment="delivery_semantics",
         edits={
@@ -81,11 +83,11 @@ SUBMISSIONS = {
             "ack_before_work": [("check('ack_before_work')", "print('trust me')")],
         },
         loses={"window_escapes": "did not return within",
-               "lease_doubles": "sys.exit",
-               "ack_before_work": "was edited"},
-        keeps=["ack_after_work", "dedup_key_stable", "dedup_outside_tx",
-               "dedup_in_tx"],
-        problem="left 1 process"),
+               "lease_doubles": "sys.exit"},
+        keeps=["ack_before_work", "ack_after_work", "dedup_key_stable",
+               "dedup_outside_tx", "dedup_in_tx"],
+        problem="left 1 process",
+        note="test cell 'ack_before_work' restored from the current release"),
     # --- assignment 2 -----------------------------------------------------------
     "a2_ack_no_fence": dict(
         assignment="claim_ack_reap",
