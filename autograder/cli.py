@@ -6,6 +6,8 @@
                                                 # the quick version while working
     python -m autograder list                   # the assignments and their checks
     python -m autograder grade-class submitted/ # a whole class, in parallel
+    python -m autograder corpus [FOLDER]        # our wrong and correct queues:
+                                                # the catch rate
 
 Exit code: 0 full marks, 1 points lost, 2 could not grade (bad path or name).
 """
@@ -84,8 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--course", help="where gradebook.db, grade-class.db, "
                    "autograded/ and grades.csv go (default: submitted/'s parent)")
     k.add_argument("--quick", action="store_true", help="fewer cases (as `check`)")
+    q = sub.add_parser("corpus", help="grade the corpus of wrong and correct "
+                       "queues and print the catch rate")
+    q.add_argument("folder", nargs="?", help="a folder of queue modules "
+                   "(default: the tests' corpus)")
+    q.add_argument("--workers", type=int, default=3,
+                   help="queues graded at once (default 3)")
     args = p.parse_args(argv)
 
+    if args.cmd == "corpus":
+        from autograder import corpus
+
+        return corpus.main(args.folder, max(1, args.workers))
     if args.cmd == "list":
         for name in assignments.names():
             mod = assignments.load(name)

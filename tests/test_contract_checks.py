@@ -236,7 +236,7 @@ QUEUES = Path(__file__).parent / "corpus" / "queues"
 
 def test_deadline_from_the_workers_clock_loses_only_that_check(redis_url):
     """mini_correct with claim's deadline from time.time(): one more check fails,
-    the one that names it (mini_correct has no bound, so it fails bound_refuses)."""
+    the one that names it."""
     # every check but the three slowest (claim, reap and renewal under load)
     names = [n for n in checks.CHECKS if n not in (
         "claim_atomic_concurrent", "reap_atomic_concurrent", "heartbeat_keeps_lease")]

@@ -298,6 +298,49 @@ def _reap_requeues(q, r, url):
     return "(0, 0) before, (3, 0) after; attempt 2"
 
 
+SCALES = (0.1, 0.2, 30.0)   # lease lengths the contract must honour (seconds)
+TOLERANCE = 0.05            # a lease ends within this long of its deadline
+GRANULARITY_HINT = ("keep the deadline in milliseconds of the server's clock "
+                    "(now_ms + round(lease_s * 1000)), never whole seconds, and "
+                    "take a lease only once now >= its deadline, with no grace "
+                    "subtracted")
+
+
+def _reap_right_after_claim(q, r, lease: float) -> tuple:
+    """(reap's answer, when the claim returned) for a reap well inside the lease;
+    retried while the machine is too slow to reap within half of it."""
+    for _ in range(10):
+        r.flushdb()
+        q.enqueue(r, {"lease": lease}, f"lease-{lease:g}")
+        start = time.monotonic()
+        _need(q.claim(r, lease) is not None, "claim returned None after enqueue",
+              "claim must pop the pending job")
+        claimed = time.monotonic()
+        got = tuple(q.reap(r, 3))
+        if time.monotonic() - start < lease / 2:
+            return got, claimed
+    raise _Failed(f"could not reap within {lease / 2:g} s of a claim in 10 tries "
+                  "(the machine is too loaded to judge)", "run the check again")
+
+
+@_check("lease_time_scales",
+        f"leases of {', '.join(f'{x:g}' for x in SCALES)} s are each left alone by "
+        f"a reap right after the claim; the short ones are reaped "
+        f"{TOLERANCE * 1000:g} ms after they end")
+def _time_scales(q, r, url):
+    for lease in SCALES:
+        got, claimed = _reap_right_after_claim(q, r, lease)
+        _need(got == (0, 0), f"a reap right after a claim with a {lease:g} s "
+              f"lease took it back (reap returned {got})", GRANULARITY_HINT)
+        if lease >= 1:
+            continue
+        time.sleep(max(0.0, claimed + lease + TOLERANCE - time.monotonic()))
+        got = tuple(q.reap(r, 3))
+        _need(got == (1, 0), f"a reap {TOLERANCE * 1000:g} ms after a {lease:g} s "
+              f"lease ended left it alone (reap returned {got})", GRANULARITY_HINT)
+    return "each lease honoured, the short ones ended on time"
+
+
 def _skewed_call(spec: str, url: str, skew: float, call: tuple, conn) -> None:
     """In a child process whose wall clock is `skew` s off: one claim, extend
     or reap."""
