@@ -394,7 +394,8 @@ def _crash_after_replies() -> None:
 
     Or `pause_after_reply: k`: right after the k-th reply the host calls back
     the caller's object 0 (see Callbacks) and waits for its answer, so the
-    harness runs a rival call while this one is stopped between round trips.
+    harness runs a rival call while this one is stopped between round trips
+    ("every": after each reply, to look at the server between them).
     A host that never pauses only shows the harness fewer schedules.
     """
     with _PATCH_LOCK:
@@ -416,8 +417,10 @@ def _patch_read_response() -> None:
             _ARMED.after = after - 1
             if after == 1:
                 os.kill(os.getpid(), signal.SIGKILL)
-        if getattr(_ARMED, "pause", None) == _ARMED.replies:
-            _ARMED.pause = None
+        pause = getattr(_ARMED, "pause", None)
+        if pause in (_ARMED.replies, "every"):
+            if pause != "every":
+                _ARMED.pause = None
             CALLBACKS.call(getattr(_REQUEST, "id", None), 0, "__call__",
                            [_ARMED.replies], {})
         return reply

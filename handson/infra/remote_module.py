@@ -262,7 +262,7 @@ class _Host:
 
     def call(self, lane, fn: str, args, kwargs, target, timeout: float,
              notes: list, crash_after: int | None = None,
-             callers: dict | None = None, pause_after: int | None = None):
+             callers: dict | None = None, pause_after: int | str | None = None):
         ident = next(self.ids)
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.pending[ident] = inbox
@@ -378,9 +378,10 @@ class RemoteModule:
         """The next call on this thread: the host dies after that many replies."""
         self._armed.k = after_replies
 
-    def arm_pause(self, after_replies: int, meanwhile) -> None:
+    def arm_pause(self, after_replies: int | str, meanwhile) -> None:
         """The next call on this thread stops after that many Redis replies
-        while `meanwhile(k)` runs here (a rival call), then goes on."""
+        while `meanwhile(k)` runs here (a rival call), then goes on; "every":
+        after each of its replies."""
         self._armed.pause = (after_replies, meanwhile)
 
     def replies(self, fn: str) -> int:

@@ -31,8 +31,8 @@ from handson.queues.checkbase import (
     _need,
 )
 
-SHORT = 0.05        # a lease that has run out by the time anyone looks ...
-EXPIRE = 0.12       # ... after this much sleep (the server's clock decides)
+SHORT = 0.1         # the shortest lease of the contract, run out ...
+EXPIRE = 0.16       # ... after this much sleep (the server's clock decides)
 LONG = 30.0         # a lease nobody may take in a check
 MAX_REPLIES = 24    # a call is stopped after each of its first 24 replies
 
@@ -68,17 +68,12 @@ def _each_reply(host, fn: str, setup, call, rival, judge, mode: str) -> int:
     `setup(ctx)` builds the state (the database flushed first), `call(ctx)`
     makes the stopped call, `rival(ctx)` runs in the gap (pause) or after
     the kill (kill) and `judge(ctx, run)` raises _Failed on a broken rule.
-    Returns how many schedules ran. A kill after the call's last reply is a
-    kill after the call (other checks do that), so kills stop one short of
-    the replies a plain run of the call makes.
+    Returns how many schedules ran. A kill is tried only where it leaves the
+    server in a state no earlier kill left (`_kill_points`).
     """
-    last = MAX_REPLIES + 1
-    if mode == "kill":
-        call_ctx: dict = {}
-        setup(call_ctx)
-        call(call_ctx)
-        last = min(last, host.replies(fn))
-    for k in range(1, last):
+    points = (_kill_points(host, fn, setup, call) if mode == "kill"
+              else range(1, MAX_REPLIES + 1))
+    for k in points:
         ctx: dict = {}
         setup(ctx)
         run = Run(k)
@@ -104,7 +99,47 @@ def _each_reply(host, fn: str, setup, call, rival, judge, mode: str) -> int:
         judge(ctx, run)
         if mode == "pause" and run.replies <= k:
             return k
-    return last - 1
+    return len(points)
+
+
+def _kill_points(host, fn: str, setup, call) -> list[int]:
+    """The replies after which a kill leaves a state of its own.
+
+    One plain run of the call, looking at the whole database after each reply
+    (from another client, while the call waits): a kill after reply k leaves
+    the server as it was then. Where nothing changed since reply k - 1 (a
+    read), the kill is the same as one reply earlier; after the last reply it
+    is a kill after the call, which other checks try.
+    """
+    ctx: dict = {}
+    setup(ctx)
+    states = [_state(ctx["b"])]
+    host.arm_pause("every", lambda n: states.append(_state(ctx["b"])))
+    call(ctx)
+    n = min(len(states) - 1, MAX_REPLIES + 1)
+    return [k for k in range(1, n) if states[k] != states[k - 1]]
+
+
+def _state(r) -> list:
+    """Every key of the database with its type and contents (TTLs left out)."""
+    out = []
+    for key in sorted(r.scan_iter(count=1000)):
+        kind = r.type(key)
+        value: object = None
+        if kind == "string":
+            value = r.get(key)
+        elif kind == "hash":
+            value = sorted(r.hgetall(key).items())
+        elif kind == "list":
+            value = r.lrange(key, 0, -1)
+        elif kind == "set":
+            value = sorted(r.smembers(key))
+        elif kind == "zset":
+            value = r.zrange(key, 0, -1, withscores=True)
+        elif kind == "stream":
+            value = (r.xrange(key), [sorted(g.items()) for g in r.xinfo_groups(key)])
+        out.append((key, kind, value))
+    return out
 
 
 class Scene:
