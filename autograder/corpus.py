@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ast
 import json
+import queue
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -124,23 +126,27 @@ def _db(url: str, index: int) -> str:
 
 def grade_corpus(url: str, folder: Path = CORPUS, workers: int = 3,
                  progress=None) -> list[Graded]:
-    """Every queue of the folder graded, `workers` at a time (a database each)."""
-    todo = queues(folder)
+    """Every queue of the folder graded, `workers` at a time, each worker on a
+    database of its own; the correct ones (they run every check) first."""
+    todo: queue.SimpleQueue = queue.SimpleQueue()
+    for item in sorted(queues(folder), key=lambda x: x[2]):
+        todo.put(item)
+    graded: list[Graded] = []
 
-    def one(i_item):
-        i, (name, spec, mutant) = i_item
-        g = grade_one(name, spec, mutant, _db(url, 1 + i % workers), folder)
-        if progress:
-            progress(g.line())
-        return g
+    def worker(db: int) -> None:
+        while True:
+            try:
+                name, spec, mutant = todo.get_nowait()
+            except queue.Empty:
+                return
+            g = grade_one(name, spec, mutant, _db(url, db), folder)
+            graded.append(g)
+            if progress:
+                progress(g.line())
 
-    # a worker per database: queue i runs on database 1 + i % workers, and the
-    # pool runs them in order, so two never share one at the same time
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        lanes = [pool.submit(lambda w: [one(x) for x in enumerate(todo)
-                                        if x[0] % workers == w], w)
-                 for w in range(workers)]
-        graded = [g for lane in lanes for g in lane.result()]
+        for f in [pool.submit(worker, 1 + i) for i in range(workers)]:
+            f.result()
     return sorted(graded, key=lambda g: (not g.mutant, g.name))
 
 
@@ -159,7 +165,8 @@ def main(folder: str | None, workers: int) -> int:
 
     path = Path(folder) if folder else CORPUS
     if not path.is_dir():
-        print(f"cannot grade: {path} is not a folder of queue modules")
+        print(f"cannot grade: {path} is not a folder of queue modules",
+              file=sys.stderr)
         return 2
     with redis_url() as url:
         graded = grade_corpus(url, path, workers,
