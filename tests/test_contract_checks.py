@@ -277,3 +277,23 @@ def test_clock_skew_moves_the_wall_clocks_only():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, env=env, timeout=60)
     assert out.stdout.split() == ["-3600", "-3600", "-3600", "0"], out.stderr
+
+
+def test_a_stopped_ack_names_its_schedule_the_same_way_every_run(redis_url):
+    """The interleaving check is deterministic: the same wrong ack, the same
+    schedule and words twice; the hint says what to change."""
+    spec = str(QUEUES / "ack_check_then_act.py")
+    first, second = (run_checks(spec, redis_url, ["interleavings"])[0]
+                     for _ in range(2))
+    assert not first.ok and first.got == second.got, (first.got, second.got)
+    assert "ack stopped after Redis reply" in first.got
+    assert "meanwhile reap and claim ran" in first.got
+    assert "attempt 2 holds the job" in first.got
+    assert "ONE round trip" in first.hint and "WATCH/MULTI" in first.hint
+
+
+def test_a_reap_killed_between_its_scripts_loses_the_jobs(redis_url):
+    [res] = run_checks(str(QUEUES / "reap_two_trips.py"), redis_url,
+                       ["killed_between_replies"])
+    assert not res.ok and "reap was killed after Redis reply 1" in res.got
+    assert "lost" in res.got and "ONE round trip" in res.hint
