@@ -297,3 +297,30 @@ def test_a_reap_killed_between_its_scripts_loses_the_jobs(redis_url):
                        ["killed_between_replies"])
     assert not res.ok and "reap was killed after Redis reply 1" in res.got
     assert "lost" in res.got and "ONE round trip" in res.hint
+
+
+DEAF = f'''
+import sys
+
+sys.path.insert(0, {str(QUEUES)!r})
+import ack_check_then_act as base
+from ack_check_then_act import *
+
+HOST = sys.modules["__main__"]          # the learner host runs as a script
+
+
+def ack(r, job_id, attempt):            # unarms the grader's stop, then acks
+    armed = getattr(HOST, "_ARMED", None)
+    if armed is not None:
+        armed.pause = None
+    return base.ack(r, job_id, attempt)
+'''
+
+
+def test_a_module_that_unarms_the_stop_fails_instead_of_passing(tmp_path,
+                                                                redis_url):
+    path = tmp_path / "deaf.py"
+    path.write_text(DEAF)
+    [res] = run_checks(str(path), redis_url, ["interleavings"])
+    assert not res.ok and "ack changed the database, yet its process never " \
+        "stopped" in res.got, res.got

@@ -76,6 +76,7 @@ def _each_reply(host, fn: str, setup, call, rival, judge, mode: str) -> int:
     for k in points:
         ctx: dict = {}
         setup(ctx)
+        before = _state(ctx["b"]) if k == 1 and mode == "pause" else None
         run = Run(k)
 
         def meanwhile(n, ctx=ctx, run=run):
@@ -95,6 +96,7 @@ def _each_reply(host, fn: str, setup, call, rival, judge, mode: str) -> int:
             run.stopped = True
             run.rival = rival(ctx)
         if not run.stopped:
+            _never_stopped(fn, before is not None and before != _state(ctx["b"]))
             return k - 1
         judge(ctx, run)
         if mode == "pause" and run.replies <= k:
@@ -116,8 +118,18 @@ def _kill_points(host, fn: str, setup, call) -> list[int]:
     states = [_state(ctx["b"])]
     host.arm_pause("every", lambda n: states.append(_state(ctx["b"])))
     call(ctx)
+    _never_stopped(fn, len(states) == 1 and states[0] != _state(ctx["b"]))
     n = min(len(states) - 1, MAX_REPLIES + 1)
     return [k for k in range(1, n) if states[k] != states[k - 1]]
+
+
+def _never_stopped(fn: str, changed: bool) -> None:
+    """A call that changed the database read at least one Redis reply, so its
+    host must have stopped there; one that did not hid its round trips."""
+    _need(not changed, f"{fn} changed the database, yet its process never "
+          "stopped after a Redis reply as the grader asked: the module's "
+          "round trips cannot be checked",
+          "leave redis-py and the grader's process alone")
 
 
 def _state(r) -> list:
