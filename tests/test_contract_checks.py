@@ -324,3 +324,15 @@ def test_a_module_that_unarms_the_stop_fails_instead_of_passing(tmp_path,
     [res] = run_checks(str(path), redis_url, ["interleavings"])
     assert not res.ok and "ack changed the database, yet its process never " \
         "stopped" in res.got, res.got
+
+
+def test_a_module_that_unarms_the_kill_fails_instead_of_passing(tmp_path,
+                                                                redis_url):
+    path = tmp_path / "immortal.py"
+    path.write_text(DEAF.replace("ack_check_then_act", "claim_two_trips")
+                    .replace("armed.pause = None", "armed.after = None")
+                    .replace("def ack(r, job_id, attempt):", "def claim(r, lease_s):")
+                    .replace("base.ack(r, job_id, attempt)", "base.claim(r, lease_s)"))
+    [res] = run_checks(str(path), redis_url, ["killed_between_replies"])
+    assert not res.ok and "claim was to be killed after Redis reply 1" in res.got \
+        and "yet it returned" in res.got, res.got

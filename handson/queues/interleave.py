@@ -96,6 +96,10 @@ def _each_reply(host, fn: str, setup, call, rival, judge, mode: str) -> int:
             run.stopped = True
             run.rival = rival(ctx)
         if not run.stopped:
+            _need(mode == "pause", f"{fn} was to be killed after Redis reply {k} "
+                  "(a plain run reads more), yet it returned: the module's round "
+                  "trips cannot be checked", "leave redis-py and the grader's "
+                  "process alone")
             _never_stopped(fn, before is not None and before != _state(ctx["b"]))
             return k - 1
         judge(ctx, run)
