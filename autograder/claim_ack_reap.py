@@ -45,6 +45,12 @@ CONTRACT_CHECKS = [
     Check("killed_attempt_counts", 2,
           "a worker killed mid-job has used an attempt"),
     Check("bound_refuses", 1, "enqueue past the bound is refused"),
+    Check("lease_time_scales", 1,
+          "leases from 0.1 s to 30 s are honoured to the millisecond"),
+    Check("interleavings", 2, "a call stopped between its round trips while a "
+          "rival runs still keeps the contract"),
+    Check("killed_between_replies", 2, "a call killed between its round trips "
+          "loses no job and counts every attempt"),
 ]
 CHAOS_CHECKS = [
     Check("chaos_nothing_lost", 2, "kill -9 chaos: every job applied or dead"),

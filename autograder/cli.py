@@ -7,6 +7,8 @@
     python -m autograder list                   # the assignments and their checks
     python -m autograder grade-class submitted/ # a whole class, in parallel
                                                 # (--dry-run: what would regrade)
+    python -m autograder corpus [FOLDER]        # our wrong and correct queues:
+                                                # the catch rate
 
 Exit code: 0 full marks, 1 points lost, 2 could not grade (bad path or name).
 """
@@ -95,8 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--quick", action="store_true", help="fewer cases (as `check`)")
     k.add_argument("--dry-run", action="store_true", help="only say what would be "
                    "graded or regraded (after a grader or source change), and why")
+    q = sub.add_parser("corpus", help="grade the corpus of wrong and correct "
+                       "queues and print the catch rate")
+    q.add_argument("folder", nargs="?", help="a folder of queue modules "
+                   "(default: the tests' corpus)")
+    q.add_argument("--workers", type=int, default=3,
+                   help="queues graded at once (default 3)")
     args = p.parse_args(argv)
 
+    if args.cmd == "corpus":
+        from autograder import corpus
+
+        return corpus.main(args.folder, max(1, args.workers))
     if args.cmd == "list":
         for name in assignments.names():
             mod = assignments.load(name)

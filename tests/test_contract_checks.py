@@ -236,7 +236,7 @@ QUEUES = Path(__file__).parent / "corpus" / "queues"
 
 def test_deadline_from_the_workers_clock_loses_only_that_check(redis_url):
     """mini_correct with claim's deadline from time.time(): one more check fails,
-    the one that names it (mini_correct has no bound, so it fails bound_refuses)."""
+    the one that names it."""
     # every check but the three slowest (claim, reap and renewal under load)
     names = [n for n in checks.CHECKS if n not in (
         "claim_atomic_concurrent", "reap_atomic_concurrent", "heartbeat_keeps_lease")]
@@ -277,3 +277,62 @@ def test_clock_skew_moves_the_wall_clocks_only():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, env=env, timeout=60)
     assert out.stdout.split() == ["-3600", "-3600", "-3600", "0"], out.stderr
+
+
+def test_a_stopped_ack_names_its_schedule_the_same_way_every_run(redis_url):
+    """The interleaving check is deterministic: the same wrong ack, the same
+    schedule and words twice; the hint says what to change."""
+    spec = str(QUEUES / "ack_check_then_act.py")
+    first, second = (run_checks(spec, redis_url, ["interleavings"])[0]
+                     for _ in range(2))
+    assert not first.ok and first.got == second.got, (first.got, second.got)
+    assert "ack stopped after Redis reply" in first.got
+    assert "meanwhile reap and claim ran" in first.got
+    assert "attempt 2 holds the job" in first.got
+    assert "ONE round trip" in first.hint and "WATCH/MULTI" in first.hint
+
+
+def test_a_reap_killed_between_its_scripts_loses_the_jobs(redis_url):
+    [res] = run_checks(str(QUEUES / "reap_two_trips.py"), redis_url,
+                       ["killed_between_replies"])
+    assert not res.ok and "reap was killed after Redis reply 1" in res.got
+    assert "lost" in res.got and "ONE round trip" in res.hint
+
+
+DEAF = f'''
+import sys
+
+sys.path.insert(0, {str(QUEUES)!r})
+import ack_check_then_act as base
+from ack_check_then_act import *
+
+HOST = sys.modules["__main__"]          # the learner host runs as a script
+
+
+def ack(r, job_id, attempt):            # unarms the grader's stop, then acks
+    armed = getattr(HOST, "_ARMED", None)
+    if armed is not None:
+        armed.pause = None
+    return base.ack(r, job_id, attempt)
+'''
+
+
+def test_a_module_that_unarms_the_stop_fails_instead_of_passing(tmp_path,
+                                                                redis_url):
+    path = tmp_path / "deaf.py"
+    path.write_text(DEAF)
+    [res] = run_checks(str(path), redis_url, ["interleavings"])
+    assert not res.ok and "ack changed the database, yet its process never " \
+        "stopped" in res.got, res.got
+
+
+def test_a_module_that_unarms_the_kill_fails_instead_of_passing(tmp_path,
+                                                                redis_url):
+    path = tmp_path / "immortal.py"
+    path.write_text(DEAF.replace("ack_check_then_act", "claim_two_trips")
+                    .replace("armed.pause = None", "armed.after = None")
+                    .replace("def ack(r, job_id, attempt):", "def claim(r, lease_s):")
+                    .replace("base.ack(r, job_id, attempt)", "base.claim(r, lease_s)"))
+    [res] = run_checks(str(path), redis_url, ["killed_between_replies"])
+    assert not res.ok and "claim was to be killed after Redis reply 1" in res.got \
+        and "yet it returned" in res.got, res.got

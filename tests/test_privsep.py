@@ -347,6 +347,33 @@ def test_an_armed_call_can_die_after_any_of_its_round_trips(learner_file,
         mod.close()
 
 
+def test_an_armed_pause_runs_a_rival_between_two_round_trips(learner_file,
+                                                              redis_url):
+    """The interleaving checks' stop: after reply k the caller's code runs, on
+    the caller's side, and the call then goes on; "every" stops at each reply."""
+    from handson.redis_server import connect
+
+    mod = remote_module.load(learner_file, [])
+    try:
+        r = connect(redis_url, decode_responses=True)
+        mod.three(r)                  # the connection's hello is read here
+        seen: list = []
+        r.delete("a", "b", "c")
+        mod.arm_pause(2, lambda k: seen.append((k, [r.exists(x) for x in "abc"])))
+        mod.three(r)
+        assert seen == [(2, [1, 1, 0])]
+        assert [r.exists(x) for x in "abc"] == [1, 1, 1]
+        seen.clear()
+        r.delete("a", "b", "c")
+        mod.arm_pause("every", lambda k: seen.append((k, r.exists("a", "b", "c"))))
+        mod.three(r)
+        assert seen == [(1, 1), (2, 2), (3, 3)]
+        mod.ping(r)                   # unarmed again: no pause
+        assert len(seen) == 3
+    finally:
+        mod.close()
+
+
 LIAR = '''
 import sys
 

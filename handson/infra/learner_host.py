@@ -27,6 +27,8 @@ methods (only those listed) send {"id": the call's id, "callback": {"cb", "ref",
 cb, "ok" | "error"}. So an effect the harness must keep out of the learner's
 reach (the mail provider's store, announcing a pause point) is performed by the
 caller, on its own objects, in the middle of the learner's call.
+A request's "pause_after_reply": k calls back the caller's object 0 right
+after the call's k-th Redis reply (a schedule: the caller runs a rival then).
 
 Stdlib and redis only: the sandbox may hide the rest of the course's files. The
 exceptions are stand-ins that are the course's own code, named by the caller:
@@ -402,6 +404,12 @@ def _crash_after_replies() -> None:
     harness can draw k among a call's round trips. A host that ignores k, or
     lies about its replies, only makes its chaos run fall short of its fault
     quota: unknown, no pass.
+
+    Or `pause_after_reply: k`: right after the k-th reply the host calls back
+    the caller's object 0 (see Callbacks) and waits for its answer, so the
+    harness runs a rival call while this one is stopped between round trips
+    ("every": after each reply, to look at the server between them).
+    A host that never pauses only shows the harness fewer schedules.
     """
     with _PATCH_LOCK:
         if not _PATCHED:
@@ -422,6 +430,12 @@ def _patch_read_response() -> None:
             _ARMED.after = after - 1
             if after == 1:
                 os.kill(os.getpid(), signal.SIGKILL)
+        pause = getattr(_ARMED, "pause", None)
+        if pause in (_ARMED.replies, "every"):
+            if pause != "every":
+                _ARMED.pause = None
+            CALLBACKS.call(getattr(_REQUEST, "id", None), 0, "__call__",
+                           [_ARMED.replies], {})
         return reply
 
     AbstractConnection.read_response = read_response
@@ -443,9 +457,11 @@ def serve(module, inbox, outbox) -> None:
     def run(req) -> None:
         notes: list = []
         _REQUEST.id = req["id"]
-        if req.get("crash_after_reply") or req.get("redis"):
+        if (req.get("crash_after_reply") or req.get("pause_after_reply")
+                or req.get("redis")):
             _crash_after_replies()
         _ARMED.after, _ARMED.replies = req.get("crash_after_reply"), 0
+        _ARMED.pause = req.get("pause_after_reply")
         try:
             args = decode(req.get("args", []), module, notes)
             kwargs = decode(req.get("kwargs", {}), module, notes)
@@ -460,13 +476,13 @@ def serve(module, inbox, outbox) -> None:
                         socket_connect_timeout=5)
                 args = [clients[key], *args]
             value = getattr(module, req["fn"])(*args, **kwargs)
-            _ARMED.after = None
+            _ARMED.after = _ARMED.pause = None
             answer = {"id": req["id"], "ok": encode(value), "notes": notes}
             if _PATCHED:
                 answer["replies"] = _ARMED.replies
             reply(answer)
         except BaseException as err:
-            _ARMED.after = None
+            _ARMED.after = _ARMED.pause = None
             reply({"id": req["id"], "notes": notes,
                    "error": {"type": type(err).__name__, "message": str(err)}})
 

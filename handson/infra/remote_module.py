@@ -276,7 +276,7 @@ class _Host:
 
     def call(self, lane, fn: str, args, kwargs, target, timeout: float,
              notes: list, crash_after: int | None = None,
-             callers: dict | None = None):
+             callers: dict | None = None, pause_after: int | str | None = None):
         ident = next(self.ids)
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.pending[ident] = inbox
@@ -286,6 +286,8 @@ class _Host:
                "kwargs": learner_host.encode(dict(kwargs)), "redis": target}
         if crash_after:
             req["crash_after_reply"] = crash_after
+        if pause_after:
+            req["pause_after_reply"] = pause_after
         try:
             self._send(req)
         except (BrokenPipeError, ValueError, OSError):
@@ -392,12 +394,22 @@ class RemoteModule:
         kwargs = {k: self._local(v, callers) for k, v in kwargs.items()}
         self._notes.value = []
         crash_after, self._armed.k = getattr(self._armed, "k", None), None
+        pause, self._armed.pause = getattr(self._armed, "pause", None), None
+        if pause:
+            callers[0] = Caller(pause[1], name="pause")
         return self._current().call(lane, fn, args, kwargs, target, timeout,
-                                    self._notes.value, crash_after, callers)
+                                    self._notes.value, crash_after, callers,
+                                    pause[0] if pause else None)
 
     def arm_crash(self, after_replies: int) -> None:
         """The next call on this thread: the host dies after that many replies."""
         self._armed.k = after_replies
+
+    def arm_pause(self, after_replies: int | str, meanwhile) -> None:
+        """The next call on this thread stops after that many Redis replies
+        while `meanwhile(k)` runs here (a rival call), then goes on; "every":
+        after each of its replies."""
+        self._armed.pause = (after_replies, meanwhile)
 
     def replies(self, fn: str) -> int:
         """Redis replies fn's last answered call read (1 until one is known)."""

@@ -32,9 +32,19 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from handson.infra.learner_module import SKEW_ENV
+from handson.queues.checkbase import (
+    _SPEC,
+    CHECKS,
+    CheckResult,
+    _check,
+    _claim_all,
+    _client,
+    _Failed,
+    _need,
+)
 from handson.queues.contract import ContractError, load_queue
 from handson.redis_server import cli_redis, connect, die_with_parent, redis_url
 
@@ -43,72 +53,7 @@ PAST = 0.45         # ... and this much sleep is surely past one (server clock)
 BIG_QUEUE_MAX = "10000000"
 
 
-@dataclass
-class CheckResult:
-    """One behaviour: did it hold, what should have happened, what did."""
-
-    name: str
-    ok: bool
-    expected: str
-    got: str
-    hint: str = ""
-
-    def line(self) -> str:
-        mark = "PASS" if self.ok else "FAIL"
-        text = f"{mark} {self.name}"
-        if not self.ok:
-            text += (f"\n  expected: {self.expected}\n  got:      {self.got}"
-                     + (f"\n  hint:     {self.hint}" if self.hint else ""))
-        return text
-
-
-class _Failed(Exception):
-    def __init__(self, got: str, hint: str):
-        super().__init__(got)
-        self.got, self.hint = got, hint
-
-
-def _need(condition: bool, got: str, hint: str) -> None:
-    if not condition:
-        raise _Failed(got, hint)
-
-
-@dataclass
-class _Check:
-    fn: Callable
-    expected: str
-    timeout: float
-    env: dict
-
-
-CHECKS: dict[str, _Check] = {}
-
-
-# A light check takes about 3 s alone; graded beside a chaos run and other
-# checks on two cores it has taken over 15 s, and a correct queue must not lose
-# it to load.
-LIGHT_CHECK_S = 30.0
-
-
-def _check(name: str, expected: str, timeout: float = LIGHT_CHECK_S,
-           env: dict | None = None):
-    def register(fn):
-        CHECKS[name] = _Check(fn, expected, timeout, env or {})
-        return fn
-    return register
-
-
 # --- helpers that use only the contract ---------------------------------------
-
-def _claim_all(q, r, lease_s: float, limit: int = 10_000) -> list:
-    out = []
-    while len(out) < limit:
-        job = q.claim(r, lease_s)
-        if job is None:
-            break
-        out.append(tuple(job))
-    return out
-
 
 def _expire_and_reap(q, r, max_attempts: int = 3) -> tuple[int, int]:
     time.sleep(PAST)
@@ -157,11 +102,6 @@ def _threads(n: int, target: Callable[[int], object], timeout: float) -> list:
     _need(not any(t.is_alive() for t in threads), "a thread did not finish in time",
           "a queue call blocked; every call should return promptly")
     return results
-
-
-def _client(url: str):
-    """A client like the seed's and the chaos workers': replies decoded to str."""
-    return connect(url, decode_responses=True)
 
 
 def _clients(url: str, n: int) -> list:
@@ -358,14 +298,61 @@ def _reap_requeues(q, r, url):
     return "(0, 0) before, (3, 0) after; attempt 2"
 
 
+SCALES = (0.1, 0.2, 30.0)   # lease lengths the contract must honour (seconds)
+TOLERANCE = 0.05            # a lease ends within this long of its deadline
+GRANULARITY_HINT = ("keep the deadline in milliseconds of the server's clock "
+                    "(now_ms + round(lease_s * 1000)), never whole seconds, and "
+                    "take a lease only once now >= its deadline, with no grace "
+                    "subtracted")
+
+
+def _reap_right_after_claim(q, r, lease: float) -> tuple:
+    """(reap's answer, when the claim returned) for a reap surely inside the
+    lease (it ended before the lease's deadline, even rounded to the ms);
+    retried while the machine is too slow for that."""
+    for _ in range(20):
+        r.flushdb()
+        q.enqueue(r, {"lease": lease}, f"lease-{lease:g}")
+        start = time.monotonic()
+        _need(q.claim(r, lease) is not None, "claim returned None after enqueue",
+              "claim must pop the pending job")
+        claimed = time.monotonic()
+        got = tuple(q.reap(r, 3))
+        if time.monotonic() - start < lease - 0.01:
+            return got, claimed
+    raise _Failed(f"could not reap within {lease - 0.01:g} s of a claim in 20 "
+                  "tries (the machine is too loaded to judge)", "run the check again")
+
+
+@_check("lease_time_scales",
+        f"leases of {', '.join(f'{x:g}' for x in SCALES)} s are each left alone by "
+        f"a reap right after the claim; the short ones are reaped "
+        f"{TOLERANCE * 1000:g} ms after they end")
+def _time_scales(q, r, url):
+    for lease in SCALES:
+        got, claimed = _reap_right_after_claim(q, r, lease)
+        _need(got == (0, 0), f"a reap right after a claim with a {lease:g} s "
+              f"lease took it back (reap returned {got})", GRANULARITY_HINT)
+        if lease >= 1:
+            continue
+        time.sleep(max(0.0, claimed + lease + TOLERANCE - time.monotonic()))
+        got = tuple(q.reap(r, 3))
+        _need(got == (1, 0), f"a reap {TOLERANCE * 1000:g} ms after a {lease:g} s "
+              f"lease ended left it alone (reap returned {got})", GRANULARITY_HINT)
+    return "each lease honoured, the short ones ended on time"
+
+
 def _skewed_call(spec: str, url: str, skew: float, call: tuple, conn) -> None:
-    """In a child process whose wall clock is `skew` s off: one claim or extend."""
+    """In a child process whose wall clock is `skew` s off: one claim, extend
+    or reap."""
     os.environ[SKEW_ENV] = repr(skew)
     q = load_queue(spec)
     r = _client(url)
     if call[0] == "claim":
         job = q.claim(r, call[1])
         conn.send(None if job is None else list(job))
+    elif call[0] == "reap":
+        conn.send(list(q.reap(r, *call[1:])))
     else:
         conn.send(bool(q.extend(r, *call[1:])))
 
@@ -393,7 +380,8 @@ SERVER_CLOCK_HINT = ("compute every deadline inside the script from the Redis "
 @_check("deadline_from_server_clock",
         "workers whose clocks are an hour behind or ahead: a 30 s lease they claim "
         "or extend is not reaped at once, and a 0.25 s one is reaped once it has "
-        "expired", timeout=60)
+        "expired; a reaper an hour ahead leaves a 30 s lease alone, one an hour "
+        "behind takes an expired lease", timeout=60)
 def _server_clock(q, r, url):
     hour = 3600.0
     for skew, what in ((-hour, "behind"), (hour, "ahead")):
@@ -427,7 +415,27 @@ def _server_clock(q, r, url):
                     job = list(q.claim(r, LEASE))
         if skew < 0:
             q.ack(r, job[0], job[2])
-    return "deadlines follow the server's clock, whatever the worker's says"
+    _reaper_clocks(q, r, url)
+    return "deadlines follow the server's clock, whatever a worker's or reaper's says"
+
+
+def _reaper_clocks(q, r, url) -> None:
+    """The reaper is a role too: its clock must not decide what expired."""
+    hour = 3600.0
+    r.flushdb()
+    q.enqueue(r, {"doc_id": 13}, "clock-reaper")
+    job = q.claim(r, 30.0)
+    got = _with_clock(url, hour, "reap", 3)
+    _need(got == [0, 0], "a reaper whose clock is 1 h ahead took a 30 s lease "
+          f"claimed just before (reap returned {got})", SERVER_CLOCK_HINT)
+    q.ack(r, job[0], job[2])
+    q.enqueue(r, {"doc_id": 14}, "clock-reaper-2")
+    q.claim(r, LEASE)
+    time.sleep(PAST)
+    got = _with_clock(url, -hour, "reap", 3)
+    _need(got == [1, 0], f"a reaper whose clock is 1 h behind left a {LEASE:g} s "
+          f"lease that expired {PAST - LEASE:g} s ago (reap returned {got})",
+          SERVER_CLOCK_HINT)
 
 
 @_check("reap_atomic_concurrent",
@@ -694,10 +702,11 @@ def _heartbeat(q, r, url):
     return f"never reaped in {span / lease:.0f} leases"
 
 
+# The checks that stop a call between its round trips live in a module of their
+# own; importing it registers them, after the ones above.
+from handson.queues import interleave  # noqa: E402,F401
+
 # --- the runner --------------------------------------------------------------------
-
-_SPEC = [""]   # the queue spec, for helpers that start their own processes
-
 
 def _child(conn, name: str, spec: str, url: str, parent: int) -> None:
     os.setpgid(0, 0)

@@ -1,6 +1,7 @@
 """A small correct queue (another key layout than handson.q): the variants' base."""
 
 import json
+import os
 import uuid
 
 P = "{cq}:"
@@ -17,14 +18,22 @@ def lua(r, src, keys, args):
     return r.eval(src, len(keys), *keys, *args)
 
 
+class QueueFull(Exception):
+    """Enqueue refused: QUEUE_MAX jobs are pending."""
+
+
 def enqueue(r, payload, job_id=None):
     job_id = job_id or uuid.uuid4().hex
-    lua(r, """
+    bound = int(os.environ.get("QUEUE_MAX", 100_000))
+    res = lua(r, """
     local jk = KEYS[2] .. ARGV[1]
     if redis.call('EXISTS', jk) == 1 then return 0 end
+    if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[3]) then return -1 end
     redis.call('HSET', jk, 'payload', ARGV[2], 'attempts', 0, 'state', 'pending')
     redis.call('LPUSH', KEYS[1], ARGV[1])
-    return 1""", (PENDING, JOB), (job_id, json.dumps(payload)))
+    return 1""", (PENDING, JOB), (job_id, json.dumps(payload), bound))
+    if res == -1:
+        raise QueueFull(f"{bound} jobs pending")
     return job_id
 
 

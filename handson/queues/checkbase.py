@@ -1,0 +1,85 @@
+"""What every contract check shares: its result, its failure, the registry.
+
+`handson.queues.checks` holds the checks and runs them; a module of further
+checks (`interleave`) registers its own here too, so one registry serves both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from handson.redis_server import connect
+
+
+@dataclass
+class CheckResult:
+    """One behaviour: did it hold, what should have happened, what did."""
+
+    name: str
+    ok: bool
+    expected: str
+    got: str
+    hint: str = ""
+
+    def line(self) -> str:
+        mark = "PASS" if self.ok else "FAIL"
+        text = f"{mark} {self.name}"
+        if not self.ok:
+            text += (f"\n  expected: {self.expected}\n  got:      {self.got}"
+                     + (f"\n  hint:     {self.hint}" if self.hint else ""))
+        return text
+
+
+class _Failed(Exception):
+    def __init__(self, got: str, hint: str):
+        super().__init__(got)
+        self.got, self.hint = got, hint
+
+
+def _need(condition: bool, got: str, hint: str) -> None:
+    if not condition:
+        raise _Failed(got, hint)
+
+
+@dataclass
+class _Check:
+    fn: Callable
+    expected: str
+    timeout: float
+    env: dict
+
+
+CHECKS: dict[str, _Check] = {}
+
+
+# A light check takes about 3 s alone; graded beside a chaos run and other
+# checks on two cores it has taken over 15 s, and a correct queue must not lose
+# it to load.
+LIGHT_CHECK_S = 30.0
+
+
+def _check(name: str, expected: str, timeout: float = LIGHT_CHECK_S,
+           env: dict | None = None):
+    def register(fn):
+        CHECKS[name] = _Check(fn, expected, timeout, env or {})
+        return fn
+    return register
+
+
+_SPEC = [""]   # the queue spec, for helpers that start their own processes
+
+
+def _claim_all(q, r, lease_s: float, limit: int = 10_000) -> list:
+    out = []
+    while len(out) < limit:
+        job = q.claim(r, lease_s)
+        if job is None:
+            break
+        out.append(tuple(job))
+    return out
+
+
+def _client(url: str):
+    """A client like the seed's and the chaos workers': replies decoded to str."""
+    return connect(url, decode_responses=True)
