@@ -20,9 +20,12 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 ## test: build the book (the gate), then run the test suite
+## Three test files at a time: most of a test is waiting on leases, kills and
+## sleeps. With REDIS_URL the tests share that server (and empty it), so one.
+TEST_JOBS := $(if $(REDIS_URL),-n 0,-n 3 --dist loadfile)
 test: book
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(TEST_JOBS)
 
 ## exercises: regenerate exercises/ from solutions/ (never edit exercises/ by hand)
 ## From a clean copy holding only the source notebooks, so nothing a notebook
