@@ -19,6 +19,12 @@ CORPUS = Path(__file__).parent / "corpus" / "queues"
 KILLS = 2
 
 
+@pytest.fixture(autouse=True)
+def _empty(r):
+    """Start from an empty server: the session's is shared with the other test
+    files this process runs, and a bench drains whatever queue it finds."""
+
+
 # -- the lab: the Measure table ----------------------------------------------------
 
 def test_measure_chaos_check_fails_when_the_claim_acks(redis_url):
