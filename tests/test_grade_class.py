@@ -1,7 +1,7 @@
 """Grading a class: parallel, a grader killed mid-run, nothing recorded twice.
 
 A class of generated submissions (every solution, every untouched exercise,
-the wrong-submission corpus, hostile notebooks) is graded by four Dask workers
+the wrong-submission corpus, hostile notebooks) is graded by two Dask workers
 while one is killed with SIGKILL; then re-run; then one submission changes.
 The gradebook must equal grading each notebook alone, with one record each.
 """
@@ -128,7 +128,7 @@ def graded_class(tmp_path_factory):
     course = tmp_path_factory.mktemp("course")
     subs = make_class(course / "submitted")
     assert len(subs) >= 30
-    proc = _cli("grade-class", str(course / "submitted"), "--workers", "4",
+    proc = _cli("grade-class", str(course / "submitted"), "--workers", "2",
                 "--quick")
     killed = []
 
