@@ -334,13 +334,15 @@ def init(opts, cmd: list[str], mode: str, report_fd: int) -> int:
         if code is None:
             if time.monotonic() >= next_du:
                 next_du = time.monotonic() + 0.25
-                if _du(opts.workdir) > quota:
+                if _du(opts.workdir) >= quota:
                     disk_exceeded = True
                     for pid, status in _kill_all(pidns):
                         if pid == child:
                             code = _code(status)
                     continue
             time.sleep(0.02)
+    # A write stopped at the size limit may end the run before a poll saw it.
+    disk_exceeded = disk_exceeded or _du(opts.workdir) >= quota
     leftovers = [f"{pid}: {cmdline}" for pid, cmdline in _processes(pidns)]
     _kill_all(pidns)
     if disk_exceeded:
