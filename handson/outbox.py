@@ -15,10 +15,11 @@ The relay publishes, then marks the row sent. Killed between the two, it
 publishes that row again when it restarts: at-least-once, so the consumer
 keeps a key (`summarized`) in the same transaction as its effect.
 
-Two relay loops are here. `flag` selects `sent = 0` and is the one to use.
-`high-water` remembers the largest id it published and asks for `id > last`;
-it skips any row whose id was taken before a row with a larger id committed
-(see `handson.outbox_runs.out_of_order`).
+Two polling relay loops are here. `flag` selects `sent = 0` and is the one to
+use. `high-water` remembers the largest id it published and asks for `id >
+last`; it skips any row whose id was taken before a row with a larger id
+committed (see `handson.outbox_runs.out_of_order`). A third, `wal`, polls
+nothing: it reads committed inserts from PostgreSQL's log (`handson.wal_relay`).
 
 As processes (what `handson.outbox_runs` starts and kills):
 
@@ -127,6 +128,10 @@ def save_with_id(db: Database, outbox_id: int, doc_id: int, body: str) -> None:
 def relay_batch(db: Database, r: redis.Redis, queue, loop: str = "flag",
                 batch: int = 100, pause: Pause = _no_pause) -> int:
     """Publish one batch of outbox rows; return how many were published."""
+    if loop == "wal":
+        from handson import wal_relay
+
+        return wal_relay.relay_batch(db, r, queue, batch, pause)
     if loop == "flag":
         rows = db.query("SELECT id, doc_id FROM outbox WHERE sent = 0 "
                         "ORDER BY id LIMIT ?", (batch,))
@@ -217,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", choices=SAVE_MODES, default="outbox")
     p.add_argument("--docs", nargs=2, type=int, metavar=("FIRST", "END"),
                    help="save documents FIRST .. END-1")
-    p.add_argument("--loop", choices=RELAY_LOOPS, default="flag")
+    p.add_argument("--loop", choices=(*RELAY_LOOPS, "wal"), default="flag")
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--once", action="store_true", help="relay: one batch only")
     p.add_argument("--unkeyed", action="store_true", help="consume without a key")

@@ -12,6 +12,10 @@ Three experiments, each from empty tables and an empty queue:
 - `out_of_order`: W writers take outbox ids in order and commit in a seeded
   shuffled order while the relay polls after every commit. The high-water
   relay skips rows; the sent-flag relay does not.
+- `slot_retention` (PostgreSQL): what a replication slot that nobody confirms
+  keeps of the WAL while documents are saved, and what a confirm gives back.
+
+The relay experiments take `loop="wal"` too: the relay that reads the log.
 
     python -m handson.outbox_runs          # all three tables, SQLite + a private Redis
 """
@@ -27,7 +31,7 @@ from dataclasses import asdict, dataclass
 
 import redis
 
-from handson import outbox
+from handson import outbox, wal_relay
 from handson.effects.sqldb import Database, default_target
 from handson.infra.worker_process import WorkerError, run_or_kill
 from handson.queues.contract import load_queue
@@ -153,21 +157,25 @@ def dual_write(bench: Bench, mode: str, docs: int = 100, kills: int = 3,
 
 
 def relay_kills(bench: Bench, keyed: bool, docs: int = 100, kills: int = 3,
-                seed: int = 11) -> RelayRun:
+                seed: int = 11, loop: str = "flag") -> RelayRun:
     db = bench.fresh()
+    if loop == "wal":
+        wal_relay.fresh_slot(db)
     try:
         for doc_id in range(docs):
             outbox.save(db, bench.r, bench.queue, doc_id, f"document {doc_id}",
                         "outbox")
         ids = sorted(i for (i,) in db.query("SELECT id FROM outbox"))
         for k in [*(ids[i] for i in kill_points(docs, kills, seed)), None]:
-            bench.process("relay", [], k)
+            bench.process("relay", ["--loop", loop], k)
         delivered = bench.drain(db, keyed)
         applied, distinct = outbox.effects(db)
         return RelayRun("with its key" if keyed else "without a key", docs, kills,
                         len(delivered), len(delivered) - len(set(delivered)),
                         applied, applied - distinct, docs - len(set(delivered)))
     finally:
+        if loop == "wal":
+            wal_relay.drop_slot(db)
         db.close()
 
 
@@ -289,6 +297,8 @@ def out_of_order_natural(bench: Bench, loop: str, writers: int = 8, seed: int = 
         raise ValueError("SQLite lets one transaction write at a time, so the "
                          "second insert would wait for the first commit; use "
                          "out_of_order() there")
+    if loop == "wal":
+        wal_relay.fresh_slot(db)        # before the writers' transactions begin
     conns = [Database(bench.target) for _ in range(writers)]
     try:
         txs, ids = [], []
@@ -307,6 +317,40 @@ def out_of_order_natural(bench: Bench, loop: str, writers: int = 8, seed: int = 
     finally:
         for c in conns:
             c.close()
+        if loop == "wal":
+            wal_relay.drop_slot(db)
+        db.close()
+
+
+@dataclass
+class Retention:
+    saved: list[int]            # documents saved so far, at each measurement
+    retained: list[int]         # WAL bytes the unconfirmed slot kept, then
+    after_confirm: int          # ... once the relay had published and confirmed
+    published: int
+
+
+def slot_retention(bench: Bench, steps: tuple[int, ...] = (0, 200, 400, 800)
+                   ) -> Retention:
+    """Save documents with no relay running: the slot keeps their WAL. Then one
+    relay run publishes everything and confirms, and the slot lets it go."""
+    db = bench.fresh()
+    wal_relay.fresh_slot(db)
+    try:
+        retained, done = [], 0
+        for n in steps:
+            for doc_id in range(done, n):
+                outbox.save(db, bench.r, bench.queue, doc_id, f"document {doc_id}",
+                            "outbox")
+            done = n
+            retained.append(wal_relay.retained_wal(db))
+        published = outbox.relay_until_empty(db, bench.r, bench.queue, "wal")
+        db.run("CHECKPOINT")         # lets the slot's restart point move on
+        wal_relay.relay_batch(db, bench.r, bench.queue)
+        return Retention(list(steps), retained, wal_relay.retained_wal(db),
+                         published)
+    finally:
+        wal_relay.drop_slot(db)
         db.close()
 
 
