@@ -49,7 +49,7 @@ from handson.queues.contract import load_queue
 SAVE_MODES = ("commit-then-enqueue", "enqueue-then-commit", "outbox")
 RELAY_LOOPS = ("flag", "high-water")
 TABLES = ("documents", "outbox", "outbox_seq", "relay_state", "summarized",
-          "summaries")
+          "summaries", "inbox")
 
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS documents (id BIGINT PRIMARY KEY, body TEXT)",
@@ -61,6 +61,8 @@ SCHEMA = [
     # the consumer's key and its effect log (one row per effect applied)
     "CREATE TABLE IF NOT EXISTS summarized (doc_id BIGINT PRIMARY KEY)",
     "CREATE TABLE IF NOT EXISTS summaries (n {id_pk}, doc_id BIGINT NOT NULL)",
+    # the inbox: one row per message taken in, committed with its effect
+    "CREATE TABLE IF NOT EXISTS inbox (message_id BIGINT PRIMARY KEY)",
 ]
 
 Pause = Callable[..., None]
@@ -173,13 +175,26 @@ def summarize(db: Database, doc_id: int, keyed: bool = True) -> bool:
     return True
 
 
+def receive(db: Database, message_id: int, doc_id: int) -> bool:
+    """The inbox: the message's id and its effect commit together, so a
+    message delivered again finds its id taken and changes nothing. Unlike the
+    key on `doc_id`, two messages about one document are two effects."""
+    with db.transaction():
+        if not db.query("INSERT INTO inbox (message_id) VALUES (?) ON CONFLICT "
+                        "(message_id) DO NOTHING RETURNING message_id",
+                        (message_id,)):
+            return False
+        db.run("INSERT INTO summaries (doc_id) VALUES (?)", (doc_id,))
+    return True
+
+
 def consume_all(db: Database, r: redis.Redis, queue, keyed: bool = True,
                 lease_s: float = 30.0, limit: int = 1_000_000,
-                apply: Callable | None = None) -> list[int]:
+                apply: Callable | None = None, inbox: bool = False) -> list[int]:
     """Work the queue until it is empty; the doc_id of every delivery, in order.
 
     `apply(db, doc_id)` is the effect; by default `summarize` (with or without
-    its key)."""
+    its key). `inbox`: the effect is `receive`, keyed on the outbox row's id."""
     apply = apply or (lambda db, doc_id: summarize(db, doc_id, keyed))
     delivered = []
     for _ in range(limit):
@@ -188,7 +203,10 @@ def consume_all(db: Database, r: redis.Redis, queue, keyed: bool = True,
             return delivered
         job_id, payload, attempt = job
         delivered.append(int(payload["doc_id"]))
-        apply(db, int(payload["doc_id"]))
+        if inbox:
+            receive(db, int(payload["outbox_id"]), int(payload["doc_id"]))
+        else:
+            apply(db, int(payload["doc_id"]))
         queue.ack(r, job_id, attempt)
     raise RuntimeError(f"queue not empty after {limit} deliveries")
 

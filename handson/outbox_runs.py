@@ -101,11 +101,12 @@ class Bench:
         outbox.setup(db, fresh=True)
         return db
 
-    def drain(self, db: Database, keyed: bool = True) -> list[int]:
+    def drain(self, db: Database, keyed: bool = True, inbox: bool = False
+              ) -> list[int]:
         """Every job left in the queue, consumed and acked: the doc ids."""
         if self.module:
             return self.process("consume", [], None)["delivered"]
-        return outbox.consume_all(db, self.r, self.queue, keyed)
+        return outbox.consume_all(db, self.r, self.queue, keyed, inbox=inbox)
 
     def poll(self, db: Database, loop: str) -> int:
         """One relay batch; how many rows it published."""
@@ -157,7 +158,8 @@ def dual_write(bench: Bench, mode: str, docs: int = 100, kills: int = 3,
 
 
 def relay_kills(bench: Bench, keyed: bool, docs: int = 100, kills: int = 3,
-                seed: int = 11, loop: str = "flag") -> RelayRun:
+                seed: int = 11, loop: str = "flag", inbox: bool = False
+                ) -> RelayRun:
     db = bench.fresh()
     if loop == "wal":
         wal_relay.fresh_slot(db)
@@ -168,9 +170,11 @@ def relay_kills(bench: Bench, keyed: bool, docs: int = 100, kills: int = 3,
         ids = sorted(i for (i,) in db.query("SELECT id FROM outbox"))
         for k in [*(ids[i] for i in kill_points(docs, kills, seed)), None]:
             bench.process("relay", ["--loop", loop], k)
-        delivered = bench.drain(db, keyed)
+        delivered = bench.drain(db, keyed, inbox)
         applied, distinct = outbox.effects(db)
-        return RelayRun("with its key" if keyed else "without a key", docs, kills,
+        consumer = ("with an inbox" if inbox else "with its key" if keyed
+                    else "without a key")
+        return RelayRun(consumer, docs, kills,
                         len(delivered), len(delivered) - len(set(delivered)),
                         applied, applied - distinct, docs - len(set(delivered)))
     finally:

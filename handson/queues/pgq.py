@@ -32,6 +32,8 @@ import uuid
 
 import psycopg
 
+from handson.q import DEFAULT_MAX_PENDING, QueueFull
+
 STATE_OUTSIDE_REDIS = True    # the contract checks call reset() first
 LEASE_EXPIRED = "lease expired (worker died or was too slow)"
 REAP_LIMIT = 1000
@@ -76,10 +78,11 @@ def url() -> str:
 
 def conn() -> psycopg.Connection:
     """This thread's connection: a heartbeat must never run inside the main
-    thread's open transaction."""
-    c = getattr(_local, "conn", None)
-    if c is None or c.closed:
+    thread's open transaction, and a forked child never shares its parent's."""
+    c, pid = getattr(_local, "conn", None), getattr(_local, "pid", None)
+    if c is None or c.closed or pid != os.getpid():
         c = _local.conn = psycopg.connect(url(), autocommit=True)
+        _local.pid = os.getpid()
     return c
 
 
@@ -92,15 +95,30 @@ def reset(r=None) -> None:
         c.execute("INSERT INTO pgq_stats VALUES (0)")
 
 
-_ENQUEUE = """INSERT INTO pgq_jobs (id, payload) VALUES (%s, %s)
-              ON CONFLICT (id) DO NOTHING"""
+# The bound counts pending rows (an index-only count: fine for a course's
+# queue, a cost per enqueue for a deep one).
+_ENQUEUE = """INSERT INTO pgq_jobs (id, payload)
+SELECT %(id)s, %(payload)s
+ WHERE (SELECT count(*) FROM pgq_jobs WHERE state = 'pending') < %(bound)s
+    OR EXISTS (SELECT 1 FROM pgq_jobs WHERE id = %(id)s)
+ON CONFLICT (id) DO NOTHING"""
 
 
 def enqueue_tx(c: psycopg.Connection, payload: dict, job_id: str | None = None
                ) -> str:
-    """Enqueue inside the caller's open transaction (no outbox needed)."""
+    """Enqueue inside the caller's open transaction (no outbox needed).
+
+    A known id is the same job (a no-op); past QUEUE_MAX pending jobs a new
+    one raises QueueFull, as the Redis queue does.
+    """
     job_id = job_id or uuid.uuid4().hex
-    c.execute(_ENQUEUE, (job_id, json.dumps(payload)))
+    bound = int(os.environ.get("QUEUE_MAX", DEFAULT_MAX_PENDING))
+    cur = c.execute(_ENQUEUE, {"id": job_id, "payload": json.dumps(payload),
+                               "bound": bound})
+    if cur.rowcount == 0 and not c.execute(
+            "SELECT 1 FROM pgq_jobs WHERE id = %s", (job_id,)).fetchone():
+        raise QueueFull(f"queue is full ({bound} jobs pending); retry later "
+                        "or raise QUEUE_MAX")
     return job_id
 
 
