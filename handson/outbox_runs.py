@@ -26,7 +26,10 @@ import argparse
 import json
 import os
 import random
+import statistics
 import tempfile
+import threading
+import time
 from dataclasses import asdict, dataclass
 
 import redis
@@ -356,6 +359,72 @@ def slot_retention(bench: Bench, steps: tuple[int, ...] = (0, 200, 400, 800)
     finally:
         wal_relay.drop_slot(db)
         db.close()
+
+
+@dataclass
+class Lag:
+    loop: str
+    documents: int
+    poll_s: float
+    median_ms: float
+    max_ms: float
+    order_kept: bool            # jobs enqueued in the order the rows committed
+
+
+class _Stamped:
+    """The queue, with the time each outbox row's job was enqueued."""
+
+    def __init__(self, queue):
+        self.queue, self.at = queue, {}
+
+    def enqueue(self, r, payload, job_id=None):
+        self.at.setdefault(payload["outbox_id"], time.monotonic())
+        return self.queue.enqueue(r, payload, job_id)
+
+
+def lag(bench: Bench, loop: str, docs: int = 40, poll_s: float = 0.05,
+        gap_s: float = 0.02) -> Lag:
+    """A relay polling every poll_s while documents commit every gap_s: the
+    time from each commit to its job's enqueue."""
+    db = bench.fresh()
+    if loop == "wal":
+        wal_relay.fresh_slot(db)
+    writer = Database(bench.target)
+    stamped, stop = _Stamped(bench.queue), threading.Event()
+
+    def relay() -> None:
+        with Database(bench.target) as rdb:
+            while not stop.is_set():
+                outbox.relay_batch(rdb, bench.r, stamped, loop)
+                stop.wait(poll_s)
+
+    thread = threading.Thread(target=relay, daemon=True)
+    thread.start()
+    committed = {}
+    try:
+        for doc_id in range(docs):
+            outbox.save(writer, bench.r, bench.queue, doc_id, f"document {doc_id}",
+                        "outbox")
+            committed[doc_id] = time.monotonic()
+            time.sleep(gap_s)
+        deadline = time.monotonic() + 30
+        while len(stamped.at) < docs and time.monotonic() < deadline:
+            time.sleep(poll_s)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        if loop == "wal":
+            wal_relay.drop_slot(db)
+        writer.close()
+    doc_of = dict(db.query("SELECT id, doc_id FROM outbox"))
+    db.close()
+    if len(stamped.at) < docs:
+        raise AssertionError(f"the {loop} relay published {len(stamped.at)} of "
+                             f"{docs} rows in 30 s")
+    lags = sorted((t - committed[doc_of[i]]) * 1000 for i, t in stamped.at.items())
+    by_time = [doc_of[i] for i, _ in sorted(stamped.at.items(), key=lambda x: x[1])]
+    return Lag(loop, docs, poll_s, round(statistics.median(lags), 1),
+               round(lags[-1], 1), by_time == sorted(by_time))
 
 
 def render(rows: list) -> str:
