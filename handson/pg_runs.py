@@ -83,7 +83,9 @@ class Backlog:
     slice: int
     rates: list[float]          # jobs/s of each slice, first to last
     dead_rows: list[int]        # dead row versions after each slice
+    claim_pages: list[int]      # buffer pages the next claim reads, then
     dead_after_vacuum: int
+    pages_after_vacuum: int
     rate_after_vacuum: float
 
 
@@ -92,6 +94,15 @@ def _dead_rows(conn) -> int:
     time.sleep(0.05)
     return int(conn.execute("SELECT n_dead_tup FROM pg_stat_user_tables "
                             "WHERE relname = 'pgq_jobs'").fetchone()[0])
+
+
+def _claim_pages(conn) -> int:
+    """Buffer pages (index and table) that finding the next job reads."""
+    plan = conn.execute(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT id FROM pgq_jobs "
+        "WHERE state = 'pending' ORDER BY queued_at, id LIMIT 1 "
+        "FOR UPDATE SKIP LOCKED").fetchone()[0][0]["Plan"]
+    return int(plan["Shared Hit Blocks"] + plan["Shared Read Blocks"])
 
 
 def backlog(jobs: int = 6000, slice_: int = 1000) -> Backlog:
@@ -105,7 +116,7 @@ def backlog(jobs: int = 6000, slice_: int = 1000) -> Backlog:
     with c.transaction():
         for i in range(jobs):
             pgq.enqueue(None, {"doc_id": i}, f"b-{i:06d}")
-    rates, dead = [], []
+    rates, dead, pages = [], [], []
 
     def one_slice() -> float:
         t = time.perf_counter()
@@ -117,9 +128,11 @@ def backlog(jobs: int = 6000, slice_: int = 1000) -> Backlog:
     for _ in range(jobs // slice_ - 1):
         rates.append(one_slice())
         dead.append(_dead_rows(c))
+        pages.append(_claim_pages(c))
     c.execute("VACUUM pgq_jobs")
     after = _dead_rows(c)
-    return Backlog(jobs, slice_, rates, dead, after, one_slice())
+    return Backlog(jobs, slice_, rates, dead, pages, after, _claim_pages(c),
+                   one_slice())
 
 
 def main() -> int:

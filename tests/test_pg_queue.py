@@ -51,6 +51,21 @@ def test_enqueue_in_a_rolled_back_transaction_leaves_no_job(pgq_url):
     assert pgq.claim(None, 5)[0] == "kept"
 
 
+def test_dead_rows_pile_up_until_vacuum(pgq_url):
+    from handson import pg_runs
+
+    bl = pg_runs.backlog(jobs=2000, slice_=500)
+    assert bl.dead_rows == sorted(bl.dead_rows) and bl.dead_after_vacuum == 0
+    assert bl.dead_rows[0] < bl.dead_rows[-1]
+    assert bl.claim_pages[0] < bl.claim_pages[-1]
+    assert bl.pages_after_vacuum < bl.claim_pages[-1]
+
+
+def test_chaos_with_tx_effect_needs_a_queue_that_can_finish(redis_url):
+    report = run(ChaosConfig(queue="handson.q", tx_effect=True), redis_url=redis_url)
+    assert report.verdict == "unknown" and "finish()" in report.reason
+
+
 def _chaos(tx: bool, redis_url: str):
     cfg = ChaosConfig(queue="handson.queues.pgq", docs=100, workers=3,
                       kill_every=0.6, min_kills=4, seed=1, idem=False, iters=2000,
