@@ -11,12 +11,12 @@ from handson import outbox, outbox_runs
 from handson.faults.engine import ChaosConfig, run
 from handson.queues.checks import run_checks
 
-# The contract's checks that apply to a queue outside Redis. Left out:
-# `interleavings` and `killed_between_replies` stop a call between its Redis
-# replies (this queue makes none: each call is one statement or one
-# transaction); the slow `claim_atomic_concurrent`, `killed_attempt_counts`,
-# `heartbeat_keeps_lease` and `attempt_grows` pass too, and the chaos runs
-# below judge the same (handed out twice, over-delivered, stale heartbeats).
+# The contract's quick checks. The others pass too but take 5-15 s each on a
+# busy machine: `interleavings` and `killed_between_replies` stop a call
+# between its Redis replies (this queue makes none), and the chaos runs below
+# judge what `claim_atomic_concurrent`, `killed_attempt_counts`,
+# `heartbeat_keeps_lease` and `attempt_grows` check (handed out twice,
+# over-delivered, stale heartbeats).
 CHECKS = ["enqueue_idempotent", "claim_returns_payload_and_attempt",
           "zombie_ack_refused", "zombie_extend_refused", "zombie_fail_refused",
           "owner_ack_after_zombie", "extend_does_not_resurrect",
