@@ -17,6 +17,10 @@ The same contract as the Redis reference (`handson.q`) where it applies:
   If the ack is refused the effect rolls back; if the worker dies before the
   COMMIT, neither happened. So a job's effect happens once with no dedup key.
 
+Past QUEUE_MAX pending jobs a new one raises QueueFull. Finished rows stay,
+so an id is one job for as long as its row lives; a deployment deletes done
+rows after a retention window (and vacuums: see the chapter's dead rows).
+
 The first argument of every function is the contract's Redis client; this
 queue ignores it and opens its own connection (one per thread, autocommit) to
 `PGQ_URL`, or DATABASE_URL. Every time is the server's `clock_timestamp()`.
@@ -32,10 +36,9 @@ import uuid
 
 import psycopg
 
-from handson.q import DEFAULT_MAX_PENDING, QueueFull
+from handson.q import DEFAULT_MAX_PENDING, LEASE_EXPIRED, QueueFull
 
 STATE_OUTSIDE_REDIS = True    # the contract checks call reset() first
-LEASE_EXPIRED = "lease expired (worker died or was too slow)"
 REAP_LIMIT = 1000
 TABLES = ("pgq_jobs", "pgq_dead", "pgq_scores", "pgq_stats", "pgq_applied")
 
