@@ -175,7 +175,8 @@ def summarize(db: Database, doc_id: int, keyed: bool = True) -> bool:
     return True
 
 
-def receive(db: Database, message_id: int, doc_id: int) -> bool:
+def receive(db: Database, message_id: int, doc_id: int,
+            pause: Pause = _no_pause) -> bool:
     """The inbox: the message's id and its effect commit together, so a
     message delivered again finds its id taken and changes nothing. Unlike the
     key on `doc_id`, two messages about one document are two effects."""
@@ -184,13 +185,15 @@ def receive(db: Database, message_id: int, doc_id: int) -> bool:
                         "(message_id) DO NOTHING RETURNING message_id",
                         (message_id,)):
             return False
+        pause("inside", message_id)     # taken in, effect not yet written
         db.run("INSERT INTO summaries (doc_id) VALUES (?)", (doc_id,))
     return True
 
 
 def consume_all(db: Database, r: redis.Redis, queue, keyed: bool = True,
                 lease_s: float = 30.0, limit: int = 1_000_000,
-                apply: Callable | None = None, inbox: bool = False) -> list[int]:
+                apply: Callable | None = None, inbox: bool = False,
+                pause: Pause = _no_pause) -> list[int]:
     """Work the queue until it is empty; the doc_id of every delivery, in order.
 
     `apply(db, doc_id)` is the effect; by default `summarize` (with or without
@@ -204,7 +207,7 @@ def consume_all(db: Database, r: redis.Redis, queue, keyed: bool = True,
         job_id, payload, attempt = job
         delivered.append(int(payload["doc_id"]))
         if inbox:
-            receive(db, int(payload["outbox_id"]), int(payload["doc_id"]))
+            receive(db, int(payload["outbox_id"]), int(payload["doc_id"]), pause)
         else:
             apply(db, int(payload["doc_id"]))
         queue.ack(r, job_id, attempt)
@@ -244,8 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--once", action="store_true", help="relay: one batch only")
     p.add_argument("--unkeyed", action="store_true", help="consume without a key")
+    p.add_argument("--inbox", action="store_true",
+                   help="consume through the inbox (keyed on the message id)")
     p.add_argument("--pause-at", help="the named point: between (save: the "
-                   "document and its job; relay: publish and mark)")
+                   "document and its job; relay: publish and mark), inside "
+                   "(consume --inbox: message taken in, effect not written)")
     p.add_argument("--pause-n", type=int, help="the document / outbox id to stop at")
     p.add_argument("--limit-s", type=float, default=30.0)
     a = p.parse_args(argv)
@@ -286,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             apply = learner and (lambda db, doc_id: learner.summarize(ldb, doc_id))
             result = {"delivered": consume_all(db, r, queue, not a.unkeyed,
-                                               apply=apply)}
+                                               apply=apply, inbox=a.inbox,
+                                               pause=pause)}
     print(json.dumps({**result, "pid": os.getpid()}), flush=True)
     return 0
 

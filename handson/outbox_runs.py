@@ -117,8 +117,8 @@ class Bench:
             return int(self.process("relay", ["--once"], None)["published"])
         return outbox.relay_batch(db, self.r, self.queue, loop)
 
-    def process(self, role: str, extra: list[str], kill_at: int | None
-                ) -> dict | None:
+    def process(self, role: str, extra: list[str], kill_at: int | None,
+                point: str = "between") -> dict | None:
         """Run the save handler, relay or consumer; SIGKILL it at its named
         point for item `kill_at` if given. Its JSON result, or None if killed."""
         args = [role, "--db", self.target, "--redis", self.redis_url, "--queue",
@@ -126,8 +126,8 @@ class Bench:
         if self.module:
             args += ["--module", self.module]
         if kill_at is not None:
-            args += ["--pause-at", "between", "--pause-n", str(kill_at)]
-        stop = f"between {kill_at}" if kill_at is not None else None
+            args += ["--pause-at", point, "--pause-n", str(kill_at)]
+        stop = f"{point} {kill_at}" if kill_at is not None else None
         result = run_or_kill(MODULE, args, stop, self.timeout_s)
         if result is not None and "error" in result:
             raise WorkerError(f"{role}: {result['error']}")
@@ -425,6 +425,55 @@ def lag(bench: Bench, loop: str, docs: int = 40, poll_s: float = 0.05,
     by_time = [doc_of[i] for i, _ in sorted(stamped.at.items(), key=lambda x: x[1])]
     return Lag(loop, docs, poll_s, round(statistics.median(lags), 1),
                round(lags[-1], 1), by_time == sorted(by_time))
+
+
+@dataclass
+class InboxCase:
+    case: str
+    applied: bool               # did this delivery change anything
+    effects: int                # effects in the database after it
+
+
+def inbox_cases(bench: Bench) -> list[InboxCase]:
+    """The replay matrix's cases for an effect in the database, through the
+    inbox: again after success, two consumers at once, another message about
+    the same document, a consumer killed inside its transaction, redelivered."""
+    db = bench.fresh()
+    out = []
+
+    def note(case: str, applied: bool) -> None:
+        out.append(InboxCase(case, applied, outbox.effects(db)[0]))
+
+    try:
+        note("first delivery of message 1 (document 1)", outbox.receive(db, 1, 1))
+        note("message 1 again after success", outbox.receive(db, 1, 1))
+        # message 2 to two consumers at once: the rival's insert waits on the
+        # first one's uncommitted inbox row, then finds it taken
+        answer = []
+
+        def rival() -> None:
+            with Database(bench.target) as other:
+                answer.append(outbox.receive(other, 2, 2))
+
+        with db.transaction():
+            db.run("INSERT INTO inbox (message_id) VALUES (2)")
+            db.run("INSERT INTO summaries (doc_id) VALUES (2)")
+            racer = threading.Thread(target=rival)
+            racer.start()
+            racer.join(timeout=0.5)         # still waiting: the row is ours
+        racer.join(timeout=30)
+        if not answer:
+            raise RuntimeError("the second consumer of message 2 never answered")
+        note("message 2 to two consumers at once: the second", answer[0])
+        note("message 3, another about document 1", outbox.receive(db, 3, 1))
+        bench.queue.enqueue(bench.r, {"doc_id": 4, "outbox_id": 4})
+        bench.process("consume", ["--inbox"], 4, point="inside")
+        taken = db.query("SELECT count(*) FROM inbox WHERE message_id = 4")[0][0]
+        note("message 4: consumer killed inside its transaction", bool(taken))
+        note("message 4 redelivered", outbox.receive(db, 4, 4))
+        return out
+    finally:
+        db.close()
 
 
 def render(rows: list) -> str:
