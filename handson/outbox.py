@@ -15,10 +15,11 @@ The relay publishes, then marks the row sent. Killed between the two, it
 publishes that row again when it restarts: at-least-once, so the consumer
 keeps a key (`summarized`) in the same transaction as its effect.
 
-Two relay loops are here. `flag` selects `sent = 0` and is the one to use.
-`high-water` remembers the largest id it published and asks for `id > last`;
-it skips any row whose id was taken before a row with a larger id committed
-(see `handson.outbox_runs.out_of_order`).
+Two polling relay loops are here. `flag` selects `sent = 0` and is the one to
+use. `high-water` remembers the largest id it published and asks for `id >
+last`; it skips any row whose id was taken before a row with a larger id
+committed (see `handson.outbox_runs.out_of_order`). A third, `wal`, polls
+nothing: it reads committed inserts from PostgreSQL's log (`handson.wal_relay`).
 
 As processes (what `handson.outbox_runs` starts and kills):
 
@@ -48,7 +49,7 @@ from handson.queues.contract import load_queue
 SAVE_MODES = ("commit-then-enqueue", "enqueue-then-commit", "outbox")
 RELAY_LOOPS = ("flag", "high-water")
 TABLES = ("documents", "outbox", "outbox_seq", "relay_state", "summarized",
-          "summaries")
+          "summaries", "inbox")
 
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS documents (id BIGINT PRIMARY KEY, body TEXT)",
@@ -60,6 +61,8 @@ SCHEMA = [
     # the consumer's key and its effect log (one row per effect applied)
     "CREATE TABLE IF NOT EXISTS summarized (doc_id BIGINT PRIMARY KEY)",
     "CREATE TABLE IF NOT EXISTS summaries (n {id_pk}, doc_id BIGINT NOT NULL)",
+    # the inbox: one row per message taken in, committed with its effect
+    "CREATE TABLE IF NOT EXISTS inbox (message_id BIGINT PRIMARY KEY)",
 ]
 
 Pause = Callable[..., None]
@@ -127,6 +130,10 @@ def save_with_id(db: Database, outbox_id: int, doc_id: int, body: str) -> None:
 def relay_batch(db: Database, r: redis.Redis, queue, loop: str = "flag",
                 batch: int = 100, pause: Pause = _no_pause) -> int:
     """Publish one batch of outbox rows; return how many were published."""
+    if loop == "wal":
+        from handson import wal_relay
+
+        return wal_relay.relay_batch(db, r, queue, batch, pause)
     if loop == "flag":
         rows = db.query("SELECT id, doc_id FROM outbox WHERE sent = 0 "
                         "ORDER BY id LIMIT ?", (batch,))
@@ -168,13 +175,29 @@ def summarize(db: Database, doc_id: int, keyed: bool = True) -> bool:
     return True
 
 
+def receive(db: Database, message_id: int, doc_id: int,
+            pause: Pause = _no_pause) -> bool:
+    """The inbox: the message's id and its effect commit together, so a
+    message delivered again finds its id taken and changes nothing. Unlike the
+    key on `doc_id`, two messages about one document are two effects."""
+    with db.transaction():
+        if not db.query("INSERT INTO inbox (message_id) VALUES (?) ON CONFLICT "
+                        "(message_id) DO NOTHING RETURNING message_id",
+                        (message_id,)):
+            return False
+        pause("inside", message_id)     # taken in, effect not yet written
+        db.run("INSERT INTO summaries (doc_id) VALUES (?)", (doc_id,))
+    return True
+
+
 def consume_all(db: Database, r: redis.Redis, queue, keyed: bool = True,
                 lease_s: float = 30.0, limit: int = 1_000_000,
-                apply: Callable | None = None) -> list[int]:
+                apply: Callable | None = None, inbox: bool = False,
+                pause: Pause = _no_pause) -> list[int]:
     """Work the queue until it is empty; the doc_id of every delivery, in order.
 
     `apply(db, doc_id)` is the effect; by default `summarize` (with or without
-    its key)."""
+    its key). `inbox`: the effect is `receive`, keyed on the outbox row's id."""
     apply = apply or (lambda db, doc_id: summarize(db, doc_id, keyed))
     delivered = []
     for _ in range(limit):
@@ -183,7 +206,10 @@ def consume_all(db: Database, r: redis.Redis, queue, keyed: bool = True,
             return delivered
         job_id, payload, attempt = job
         delivered.append(int(payload["doc_id"]))
-        apply(db, int(payload["doc_id"]))
+        if inbox:
+            receive(db, int(payload["outbox_id"]), int(payload["doc_id"]), pause)
+        else:
+            apply(db, int(payload["doc_id"]))
         queue.ack(r, job_id, attempt)
     raise RuntimeError(f"queue not empty after {limit} deliveries")
 
@@ -217,12 +243,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", choices=SAVE_MODES, default="outbox")
     p.add_argument("--docs", nargs=2, type=int, metavar=("FIRST", "END"),
                    help="save documents FIRST .. END-1")
-    p.add_argument("--loop", choices=RELAY_LOOPS, default="flag")
+    p.add_argument("--loop", choices=(*RELAY_LOOPS, "wal"), default="flag")
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--once", action="store_true", help="relay: one batch only")
     p.add_argument("--unkeyed", action="store_true", help="consume without a key")
+    p.add_argument("--inbox", action="store_true",
+                   help="consume through the inbox (keyed on the message id)")
     p.add_argument("--pause-at", help="the named point: between (save: the "
-                   "document and its job; relay: publish and mark)")
+                   "document and its job; relay: publish and mark), inside "
+                   "(consume --inbox: message taken in, effect not written)")
     p.add_argument("--pause-n", type=int, help="the document / outbox id to stop at")
     p.add_argument("--limit-s", type=float, default=30.0)
     a = p.parse_args(argv)
@@ -263,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             apply = learner and (lambda db, doc_id: learner.summarize(ldb, doc_id))
             result = {"delivered": consume_all(db, r, queue, not a.unkeyed,
-                                               apply=apply)}
+                                               apply=apply, inbox=a.inbox,
+                                               pause=pause)}
     print(json.dumps({**result, "pid": os.getpid()}), flush=True)
     return 0
 

@@ -12,6 +12,10 @@ Three experiments, each from empty tables and an empty queue:
 - `out_of_order`: W writers take outbox ids in order and commit in a seeded
   shuffled order while the relay polls after every commit. The high-water
   relay skips rows; the sent-flag relay does not.
+- `slot_retention` (PostgreSQL): what a replication slot that nobody confirms
+  keeps of the WAL while documents are saved, and what a confirm gives back.
+
+The relay experiments take `loop="wal"` too: the relay that reads the log.
 
     python -m handson.outbox_runs          # all three tables, SQLite + a private Redis
 """
@@ -22,12 +26,15 @@ import argparse
 import json
 import os
 import random
+import statistics
 import tempfile
+import threading
+import time
 from dataclasses import asdict, dataclass
 
 import redis
 
-from handson import outbox
+from handson import outbox, wal_relay
 from handson.effects.sqldb import Database, default_target
 from handson.infra.worker_process import WorkerError, run_or_kill
 from handson.queues.contract import load_queue
@@ -97,11 +104,12 @@ class Bench:
         outbox.setup(db, fresh=True)
         return db
 
-    def drain(self, db: Database, keyed: bool = True) -> list[int]:
+    def drain(self, db: Database, keyed: bool = True, inbox: bool = False
+              ) -> list[int]:
         """Every job left in the queue, consumed and acked: the doc ids."""
         if self.module:
             return self.process("consume", [], None)["delivered"]
-        return outbox.consume_all(db, self.r, self.queue, keyed)
+        return outbox.consume_all(db, self.r, self.queue, keyed, inbox=inbox)
 
     def poll(self, db: Database, loop: str) -> int:
         """One relay batch; how many rows it published."""
@@ -109,8 +117,8 @@ class Bench:
             return int(self.process("relay", ["--once"], None)["published"])
         return outbox.relay_batch(db, self.r, self.queue, loop)
 
-    def process(self, role: str, extra: list[str], kill_at: int | None
-                ) -> dict | None:
+    def process(self, role: str, extra: list[str], kill_at: int | None,
+                point: str = "between") -> dict | None:
         """Run the save handler, relay or consumer; SIGKILL it at its named
         point for item `kill_at` if given. Its JSON result, or None if killed."""
         args = [role, "--db", self.target, "--redis", self.redis_url, "--queue",
@@ -118,8 +126,8 @@ class Bench:
         if self.module:
             args += ["--module", self.module]
         if kill_at is not None:
-            args += ["--pause-at", "between", "--pause-n", str(kill_at)]
-        stop = f"between {kill_at}" if kill_at is not None else None
+            args += ["--pause-at", point, "--pause-n", str(kill_at)]
+        stop = f"{point} {kill_at}" if kill_at is not None else None
         result = run_or_kill(MODULE, args, stop, self.timeout_s)
         if result is not None and "error" in result:
             raise WorkerError(f"{role}: {result['error']}")
@@ -153,21 +161,28 @@ def dual_write(bench: Bench, mode: str, docs: int = 100, kills: int = 3,
 
 
 def relay_kills(bench: Bench, keyed: bool, docs: int = 100, kills: int = 3,
-                seed: int = 11) -> RelayRun:
+                seed: int = 11, loop: str = "flag", inbox: bool = False
+                ) -> RelayRun:
     db = bench.fresh()
+    if loop == "wal":
+        wal_relay.fresh_slot(db)
     try:
         for doc_id in range(docs):
             outbox.save(db, bench.r, bench.queue, doc_id, f"document {doc_id}",
                         "outbox")
         ids = sorted(i for (i,) in db.query("SELECT id FROM outbox"))
         for k in [*(ids[i] for i in kill_points(docs, kills, seed)), None]:
-            bench.process("relay", [], k)
-        delivered = bench.drain(db, keyed)
+            bench.process("relay", ["--loop", loop], k)
+        delivered = bench.drain(db, keyed, inbox)
         applied, distinct = outbox.effects(db)
-        return RelayRun("with its key" if keyed else "without a key", docs, kills,
+        consumer = ("with an inbox" if inbox else "with its key" if keyed
+                    else "without a key")
+        return RelayRun(consumer, docs, kills,
                         len(delivered), len(delivered) - len(set(delivered)),
                         applied, applied - distinct, docs - len(set(delivered)))
     finally:
+        if loop == "wal":
+            wal_relay.drop_slot(db)
         db.close()
 
 
@@ -289,6 +304,8 @@ def out_of_order_natural(bench: Bench, loop: str, writers: int = 8, seed: int = 
         raise ValueError("SQLite lets one transaction write at a time, so the "
                          "second insert would wait for the first commit; use "
                          "out_of_order() there")
+    if loop == "wal":
+        wal_relay.fresh_slot(db)        # before the writers' transactions begin
     conns = [Database(bench.target) for _ in range(writers)]
     try:
         txs, ids = [], []
@@ -307,6 +324,155 @@ def out_of_order_natural(bench: Bench, loop: str, writers: int = 8, seed: int = 
     finally:
         for c in conns:
             c.close()
+        if loop == "wal":
+            wal_relay.drop_slot(db)
+        db.close()
+
+
+@dataclass
+class Retention:
+    saved: list[int]            # documents saved so far, at each measurement
+    retained: list[int]         # WAL bytes the unconfirmed slot kept, then
+    after_confirm: int          # ... once the relay had published and confirmed
+    published: int
+
+
+def slot_retention(bench: Bench, steps: tuple[int, ...] = (0, 200, 400, 800)
+                   ) -> Retention:
+    """Save documents with no relay running: the slot keeps their WAL. Then one
+    relay run publishes everything and confirms, and the slot lets it go."""
+    db = bench.fresh()
+    wal_relay.fresh_slot(db)
+    try:
+        retained, done = [], 0
+        for n in steps:
+            for doc_id in range(done, n):
+                outbox.save(db, bench.r, bench.queue, doc_id, f"document {doc_id}",
+                            "outbox")
+            done = n
+            retained.append(wal_relay.retained_wal(db))
+        published = outbox.relay_until_empty(db, bench.r, bench.queue, "wal")
+        db.run("CHECKPOINT")         # lets the slot's restart point move on
+        wal_relay.relay_batch(db, bench.r, bench.queue)
+        return Retention(list(steps), retained, wal_relay.retained_wal(db),
+                         published)
+    finally:
+        wal_relay.drop_slot(db)
+        db.close()
+
+
+@dataclass
+class Lag:
+    loop: str
+    documents: int
+    poll_s: float
+    median_ms: float
+    max_ms: float
+    order_kept: bool            # jobs enqueued in the order the rows committed
+
+
+class _Stamped:
+    """The queue, with the time each outbox row's job was enqueued."""
+
+    def __init__(self, queue):
+        self.queue, self.at = queue, {}
+
+    def enqueue(self, r, payload, job_id=None):
+        self.at.setdefault(payload["outbox_id"], time.monotonic())
+        return self.queue.enqueue(r, payload, job_id)
+
+
+def lag(bench: Bench, loop: str, docs: int = 40, poll_s: float = 0.05,
+        gap_s: float = 0.02) -> Lag:
+    """A relay polling every poll_s while documents commit every gap_s: the
+    time from each commit to its job's enqueue."""
+    db = bench.fresh()
+    if loop == "wal":
+        wal_relay.fresh_slot(db)
+    writer = Database(bench.target)
+    stamped, stop = _Stamped(bench.queue), threading.Event()
+
+    def relay() -> None:
+        with Database(bench.target) as rdb:
+            while not stop.is_set():
+                outbox.relay_batch(rdb, bench.r, stamped, loop)
+                stop.wait(poll_s)
+
+    thread = threading.Thread(target=relay, daemon=True)
+    thread.start()
+    committed = {}
+    try:
+        for doc_id in range(docs):
+            outbox.save(writer, bench.r, bench.queue, doc_id, f"document {doc_id}",
+                        "outbox")
+            committed[doc_id] = time.monotonic()
+            time.sleep(gap_s)
+        deadline = time.monotonic() + 30
+        while len(stamped.at) < docs and time.monotonic() < deadline:
+            time.sleep(poll_s)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        if loop == "wal":
+            wal_relay.drop_slot(db)
+        writer.close()
+    doc_of = dict(db.query("SELECT id, doc_id FROM outbox"))
+    db.close()
+    if len(stamped.at) < docs:
+        raise AssertionError(f"the {loop} relay published {len(stamped.at)} of "
+                             f"{docs} rows in 30 s")
+    lags = sorted((t - committed[doc_of[i]]) * 1000 for i, t in stamped.at.items())
+    by_time = [doc_of[i] for i, _ in sorted(stamped.at.items(), key=lambda x: x[1])]
+    return Lag(loop, docs, poll_s, round(statistics.median(lags), 1),
+               round(lags[-1], 1), by_time == sorted(by_time))
+
+
+@dataclass
+class InboxCase:
+    case: str
+    applied: bool               # did this delivery change anything
+    effects: int                # effects in the database after it
+
+
+def inbox_cases(bench: Bench) -> list[InboxCase]:
+    """The replay matrix's cases for an effect in the database, through the
+    inbox: again after success, two consumers at once, another message about
+    the same document, a consumer killed inside its transaction, redelivered."""
+    db = bench.fresh()
+    out = []
+
+    def note(case: str, applied: bool) -> None:
+        out.append(InboxCase(case, applied, outbox.effects(db)[0]))
+
+    try:
+        note("first delivery of message 1 (document 1)", outbox.receive(db, 1, 1))
+        note("message 1 again after success", outbox.receive(db, 1, 1))
+        # message 2 to two consumers at once: the rival's insert waits on the
+        # first one's uncommitted inbox row, then finds it taken
+        answer = []
+
+        def rival() -> None:
+            with Database(bench.target) as other:
+                answer.append(outbox.receive(other, 2, 2))
+
+        with db.transaction():
+            db.run("INSERT INTO inbox (message_id) VALUES (2)")
+            db.run("INSERT INTO summaries (doc_id) VALUES (2)")
+            racer = threading.Thread(target=rival)
+            racer.start()
+            racer.join(timeout=0.5)         # still waiting: the row is ours
+        racer.join(timeout=30)
+        if not answer:
+            raise RuntimeError("the second consumer of message 2 never answered")
+        note("message 2 to two consumers at once: the second", answer[0])
+        note("message 3, another about document 1", outbox.receive(db, 3, 1))
+        bench.queue.enqueue(bench.r, {"doc_id": 4, "outbox_id": 4})
+        bench.process("consume", ["--inbox"], 4, point="inside")
+        taken = db.query("SELECT count(*) FROM inbox WHERE message_id = 4")[0][0]
+        note("message 4: consumer killed inside its transaction", bool(taken))
+        note("message 4 redelivered", outbox.receive(db, 4, 4))
+        return out
+    finally:
         db.close()
 
 

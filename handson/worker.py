@@ -2,7 +2,7 @@
 
     REDIS_URL=... python -m handson.worker --queue handson.q --db results.db \\
         [--events DIR] [--lease 2] [--max-attempts 3] [--no-heartbeat] \\
-        [--ack-before-work]
+        [--ack-before-work] [--tx-effect]
 
 Environment: IDEM (1: idempotent sink, 0: naive), ACK_DELAY (seconds between
 commit and ack), ITERS (work per document), and for the chaos run CRASH_POINT
@@ -184,6 +184,7 @@ class Worker:
         self.lease_s, self.max_attempts = args.lease, args.max_attempts
         self.heartbeat = not args.no_heartbeat and not args.ack_before_work
         self.ack_before_work = args.ack_before_work
+        self.tx_effect = args.tx_effect
         self.idem = os.environ.get("IDEM", "1") == "1"
         self.ack_delay = float(os.environ.get("ACK_DELAY", "0") or 0)
         self.events = Events(args.events)
@@ -257,6 +258,9 @@ class Worker:
             print(f"worker {PID}: lease of {job_id} attempt {attempt} was lost; "
                   "abandoned it (no commit, no ack)", file=sys.stderr)
             return
+        if self.tx_effect:
+            self.finish(job_id, payload.get("doc_id"), s, attempt, hb)
+            return
         effect = sink.apply(self.db, job_id, payload.get("doc_id"), s, attempt,
                             self.idem)
         self.events.log("commit", job=job_id, attempt=attempt, effect=effect)
@@ -267,6 +271,19 @@ class Worker:
             hb.stop()
         if not self.ack_before_work:
             self.ack(job_id, attempt)
+
+    def finish(self, job_id: str, doc_id, s: float, attempt: int, hb) -> None:
+        """--tx-effect: the effect and the ack commit as one transaction of the
+        queue's database (its `finish`), so a refused ack leaves no effect."""
+        if hb:
+            hb.stop()
+        t0 = time.monotonic_ns()
+        ok = bool(self.call("finish", job_id, attempt, doc_id, s))
+        if ok:
+            self.events.log("commit", job=job_id, attempt=attempt, effect=True)
+        self.events.log("ack" if ok else "ack_refused", job=job_id, attempt=attempt,
+                        t0=t0)
+        self.crashes.maybe("after-commit", job=job_id, attempt=attempt)
 
     def reap_forever(self) -> None:
         """--reap-only: a bare reaper, to make reapers race each other.
@@ -288,6 +305,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-attempts", type=int, default=3)
     ap.add_argument("--no-heartbeat", action="store_true")
     ap.add_argument("--ack-before-work", action="store_true")
+    ap.add_argument("--tx-effect", action="store_true")
     ap.add_argument("--reap-only", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 

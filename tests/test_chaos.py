@@ -201,7 +201,7 @@ def test_replay_command_parses_back_to_the_same_config():
     cfg = ChaosConfig(queue="q2.py", docs=300, workers=3, seed=9, idem=False,
                       ack_delay=0.01, crash_points=("after-commit", "mid-call"),
                       crash_p=0.2, heartbeat=False, lease_s=0.5, reapers=2,
-                      zombie_pauses=True, min_reaps=2)
+                      zombie_pauses=True, min_reaps=2, tx_effect=True)
     env_cmd = replay_command(cfg).split()
     env = dict(kv.split("=") for kv in env_cmd if "=" in kv and "--" not in kv)
     argv = env_cmd[env_cmd.index("handson.chaos") + 1:]

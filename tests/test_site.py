@@ -172,7 +172,7 @@ def test_every_chapter_ends_with_a_review_and_its_assignment(pages):
 
 
 CHAPTERS = ("c01_delivery_semantics", "queues_and_logs", "lab_queue", "cluster",
-            "replay_matrix", "outbox")
+            "replay_matrix", "outbox", "pg_queue")
 
 
 def test_every_chapter_is_whole(pages):
@@ -205,5 +205,5 @@ def test_the_glossary_defines_the_retry_terms(pages):
 def test_the_intro_links_every_chapter(pages):
     intro = _main(pages["book/intro.html"])
     for name in ("queues_and_logs", "lab_queue", "cluster", "replay_matrix", "outbox",
-                 "exercises"):
+                 "pg_queue", "exercises"):
         assert f'href="{name}.html"' in intro, f"the intro does not link {name}"

@@ -127,6 +127,9 @@ class ChaosConfig:
     # newer attempt for certain; a pause ends at pause_s (or 6 leases) anyway.
     zombie_pauses: bool = False
     min_zombies: int = 0             # quota: zombies that answered past a new claim
+    # The effect and the ack as one transaction in the queue's own database
+    # (the queue's `finish`; its `effects` is then the ledger), not results.db.
+    tx_effect: bool = False
 
     def __post_init__(self):
         from handson.worker import crash_points
@@ -398,6 +401,8 @@ class _Run:
             args.append("--no-heartbeat")
         if self.cfg.ack_before_work:
             args.append("--ack-before-work")
+        if self.cfg.tx_effect:
+            args.append("--tx-effect")
         return args
 
     def _start_slot(self, slot: int) -> None:
@@ -508,13 +513,22 @@ class _Run:
         return ""
 
     # ---- progress --------------------------------------------------------
-    def _done(self, ids: set[str], queue, r) -> int:
+    def effects(self, queue, r) -> tuple[list[tuple], dict]:
+        """The `applied` ledger (job_id, attempt, pid, t) by time, and the
+        results' summary: from results.db, or from the queue's own database
+        when the effect commits with the ack (tx_effect)."""
+        if self.cfg.tx_effect:
+            return queue.effects(r)
         con = sqlite3.connect(self.db, timeout=30)
         try:
-            applied = {row[0] for row in con.execute(
-                "select distinct job_id from applied")}
+            applied = con.execute(
+                "select job_id, attempt, pid, t from applied order by t").fetchall()
+            return applied, verify.summary(con)
         finally:
             con.close()
+
+    def _done(self, ids: set[str], queue, r) -> int:
+        applied = {row[0] for row in self.effects(queue, r)[0]}
         dead = {d[0] for d in queue.dead(r)}
         return len(ids & (applied | dead))
 
@@ -812,17 +826,12 @@ class _Judge:
     """Turns the ledger, the DLQ and the event logs into invariants and histories."""
 
     def __init__(self, run: _Run, ids: list[str], t_enqueued: tuple[int, int],
-                 dead: list[tuple[str, int, str]], t0_ns: int):
+                 dead: list[tuple[str, int, str]], t0_ns: int,
+                 effects: tuple[list[tuple], dict]):
         self.run, self.cfg, self.t0 = run, run.cfg, t0_ns
         self.ids, self.idset, self.t_enqueued = ids, set(ids), t_enqueued
         self.dead = {str(d[0]): (int(d[1]), str(d[2] or "")) for d in dead}
-        con = sqlite3.connect(run.db, timeout=30)
-        try:
-            self.applied = con.execute(
-                "select job_id, attempt, pid, t from applied order by t").fetchall()
-            self.summary = verify.summary(con)
-        finally:
-            con.close()
+        self.applied, self.summary = effects
         self.events = _read_events(run.events_dir)
         self.died_in_claim = sum(e["ev"] == "crash_point" and e.get("call") == "claim"
                                  for e in self.events)
@@ -1185,6 +1194,10 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
             queue = load_queue(cfg.queue)
         except ContractError as err:
             return _unknown(cfg, str(err), empty)
+        if cfg.tx_effect and not all(hasattr(queue, f) for f in ("finish",
+                                                                  "effects")):
+            return _unknown(cfg, f"{cfg.queue} has no finish() and effects(): "
+                            "it cannot commit the effect with the ack", empty)
         try:
             r = redis_server.connect(url, decode_responses=True)
             run_.server_clock.sample(r)
@@ -1202,6 +1215,7 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
                 with contextlib.suppress(_Aborted):   # a batch still in flight
                     run_._merge(ids, set(), wait=True)
             dead = list(queue.dead(r))
+            effects = run_.effects(queue, r)
             run_.server_clock.sample(r)
         except _Aborted as err:
             return _unknown(cfg, str(err), empty, run_)
@@ -1216,7 +1230,7 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
             raise
         finally:
             run_.stop_all()
-        judge = _Judge(run_, ids, t_enqueued, dead, t0)
+        judge = _Judge(run_, ids, t_enqueued, dead, t0, effects)
         invariants = judge.invariants(ending)
         short = run_.short_of_quota()
         if short:              # said even beside a broken invariant: no pass here

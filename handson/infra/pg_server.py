@@ -2,8 +2,10 @@
 
 The throwaway cluster is made by `initdb` in a temporary directory, listens only
 on a Unix socket there, trusts local connections, and is stopped and deleted
-afterwards. PostgreSQL refuses to run as root, so under root the directory is
-handed to the `postgres` user (or `nobody`) and the server runs as that user.
+afterwards. Its `wal_level` is `logical`, so a relay can read committed
+changes from a replication slot (`handson.wal_relay`). PostgreSQL refuses to
+run as root, so under root the directory is handed to the `postgres` user (or
+`nobody`) and the server runs as that user.
 
     python -m handson.infra.pg_server      # start one, print its URL, stop on Ctrl-C
 """
@@ -85,8 +87,8 @@ def throwaway_postgres(timeout_s: float = 60.0) -> Iterator[str]:
         with open(os.path.join(home, "log"), "wb") as log:
             proc = subprocess.Popen(
                 [postgres, "-D", data, "-k", home, "-c", "listen_addresses=",
-                 "-F"], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=home,
+                 "-c", "wal_level=logical", "-F"], stdout=log, stderr=log,
+                stdin=subprocess.DEVNULL, start_new_session=True, cwd=home,
                 preexec_fn=functools.partial(die_with_parent, os.getpid()), **user)
         url = f"postgresql://postgres@/postgres?host={home}"
         _wait_ready(url, proc, home, timeout_s)

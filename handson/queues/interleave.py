@@ -167,6 +167,8 @@ class Scene:
 
     def fresh(self, ctx: dict) -> None:
         self.b.flushdb()
+        if getattr(self.q, "STATE_OUTSIDE_REDIS", False) is True:
+            self.q.reset(self.b)
         ctx.update(a=self.a, b=self.b)
 
     def expired_jobs(self, ctx: dict, ids: list[str]) -> list:

@@ -1,0 +1,92 @@
+"""The outbox relay that reads PostgreSQL's log instead of polling the table.
+
+A logical replication slot (`test_decoding`, read through SQL functions) hands
+out every committed change in commit order and remembers how far its reader
+confirmed. The relay peeks at the changes, enqueues each committed `outbox`
+INSERT, and only then confirms that transaction (`pg_replication_slot_advance`
+to its COMMIT). Killed between the enqueue and the confirm, it peeks the same
+transaction again when it restarts: at-least-once, like the polling relay, and
+for the same reason the consumer keeps a key (or an inbox).
+
+No `sent` flag is written and no id order is trusted: a row committed late
+comes out of the slot when it commits. The price is on the server's disk: the
+slot keeps every WAL byte its reader has not confirmed (`retained_wal`), so a
+relay that stops confirming fills the disk until the slot is dropped.
+
+    python -m handson.outbox relay --db URL --redis URL --loop wal
+"""
+
+from __future__ import annotations
+
+import re
+
+from handson.effects.sqldb import Database
+
+SLOT = "eo_outbox"
+# test_decoding's line for an outbox insert, e.g.
+# table public.outbox: INSERT: id[bigint]:3 doc_id[bigint]:7 sent[integer]:0
+_INSERT = re.compile(r"^table \S*\boutbox: INSERT: id\[\w+\]:(\d+) "
+                     r"doc_id\[\w+\]:(\d+)")
+
+
+def _need_postgres(db: Database) -> None:
+    if db.dialect != "postgres":
+        raise ValueError("the WAL relay needs PostgreSQL (wal_level=logical); "
+                         "SQLite has no replication slot")
+
+
+def fresh_slot(db: Database, slot: str = SLOT) -> None:
+    """Drop the slot if it exists and make a new one: changes from now on."""
+    _need_postgres(db)
+    db.query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+             " WHERE slot_name = ?", (slot,))
+    db.query("SELECT pg_create_logical_replication_slot(?, 'test_decoding')",
+             (slot,))
+
+
+def ensure_slot(db: Database, slot: str = SLOT) -> None:
+    _need_postgres(db)
+    if not db.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = ?",
+                    (slot,)):
+        fresh_slot(db, slot)
+
+
+def drop_slot(db: Database, slot: str = SLOT) -> None:
+    db.query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+             " WHERE slot_name = ?", (slot,))
+
+
+def relay_batch(db: Database, r, queue, batch: int = 100, pause=None,
+                slot: str = SLOT) -> int:
+    """Publish the outbox inserts of up to ~batch changes; confirm each
+    transaction after its jobs are enqueued. Returns how many were published."""
+    ensure_slot(db, slot)
+    rows = db.query("SELECT lsn::text, data FROM pg_logical_slot_peek_changes("
+                    "?, NULL, ?, 'include-xids', '0')", (slot, batch))
+    published = 0
+    for lsn, data in rows:
+        m = _INSERT.match(data)
+        if m:
+            outbox_id, doc_id = int(m[1]), int(m[2])
+            queue.enqueue(r, {"doc_id": doc_id, "outbox_id": outbox_id})
+            published += 1
+            if pause:
+                pause("between", outbox_id)     # published, not yet confirmed
+        elif data == "COMMIT":
+            db.query("SELECT pg_replication_slot_advance(?, ?::pg_lsn)",
+                     (slot, lsn))
+    return published
+
+
+def retained_wal(db: Database, slot: str = SLOT) -> int:
+    """Bytes of WAL the server keeps for this slot (from its restart point)."""
+    rows = db.query("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)"
+                    " FROM pg_replication_slots WHERE slot_name = ?", (slot,))
+    return int(rows[0][0]) if rows else 0
+
+
+def wal_on_disk(db: Database) -> int:
+    """Bytes of WAL segment files in pg_wal, after a checkpoint recycles what
+    no one needs (superuser, as on the course's throwaway server)."""
+    db.run("CHECKPOINT")
+    return int(db.query("SELECT coalesce(sum(size), 0) FROM pg_ls_waldir()")[0][0])

@@ -1,0 +1,160 @@
+"""The queue inside PostgreSQL and the relay that reads its log, on a real
+server with real SIGKILLs: the contract's checks, the chaos engine with the
+effect in the ack's transaction, the WAL relay killed between enqueue and
+confirm, the slot's retained WAL, and the consumer's inbox."""
+
+import psycopg
+import pytest
+from db_targets import postgres_url  # noqa: F401 - fixture
+
+from handson import outbox, outbox_runs
+from handson.faults.engine import ChaosConfig, run
+from handson.queues.checks import run_checks
+
+# The contract's quick checks. The others pass too but take 5-15 s each on a
+# busy machine: `interleavings` and `killed_between_replies` stop a call
+# between its Redis replies (this queue makes none), and the chaos runs below
+# judge what `claim_atomic_concurrent`, `killed_attempt_counts`,
+# `heartbeat_keeps_lease` and `attempt_grows` check (handed out twice,
+# over-delivered, stale heartbeats).
+CHECKS = ["enqueue_idempotent", "claim_returns_payload_and_attempt",
+          "zombie_ack_refused", "zombie_extend_refused", "zombie_fail_refused",
+          "owner_ack_after_zombie", "extend_does_not_resurrect",
+          "reap_requeues_expired", "deadline_from_server_clock",
+          "reap_atomic_concurrent", "poison_to_dlq_with_reason", "bound_refuses"]
+
+
+@pytest.fixture(scope="module")
+def pgq_url(postgres_url):  # noqa: F811 - the imported fixture
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGQ_URL", postgres_url)
+        yield postgres_url
+
+
+def test_pg_queue_passes_the_contract_checks(pgq_url, redis_url):
+    failed = [x.line() for x in run_checks("handson.queues.pgq", redis_url, CHECKS)
+              if not x.ok]
+    assert not failed, "\n".join(failed)
+
+
+def test_enqueue_in_a_rolled_back_transaction_leaves_no_job(pgq_url):
+    from handson.queues import pgq
+
+    pgq.reset()
+    with psycopg.connect(pgq_url, autocommit=True) as c:
+        with c.transaction():
+            pgq.enqueue_tx(c, {"doc_id": 1}, "kept")
+        with c.transaction():
+            pgq.enqueue_tx(c, {"doc_id": 2}, "dropped")
+            raise psycopg.Rollback
+    assert pgq.stats()["pending"] == 1
+    assert pgq.claim(None, 5)[0] == "kept"
+
+
+def test_dead_rows_pile_up_until_vacuum(pgq_url):
+    from handson import pg_runs
+
+    bl = pg_runs.backlog(jobs=2000, slice_=500)
+    assert bl.dead_rows == sorted(bl.dead_rows) and bl.dead_after_vacuum == 0
+    assert bl.dead_rows[0] < bl.dead_rows[-1]
+    assert bl.claim_pages[0] < bl.claim_pages[-1]
+    assert bl.pages_after_vacuum < bl.claim_pages[-1]
+
+
+def test_chaos_with_tx_effect_needs_a_queue_that_can_finish(redis_url):
+    report = run(ChaosConfig(queue="handson.q", tx_effect=True), redis_url=redis_url)
+    assert report.verdict == "unknown" and "finish()" in report.reason
+
+
+def _chaos(tx: bool, redis_url: str):
+    cfg = ChaosConfig(queue="handson.queues.pgq", docs=100, workers=3,
+                      kill_every=0.6, min_kills=4, seed=1, idem=False, iters=2000,
+                      lease_s=1.0, crash_points=("after-commit",), crash_p=0.1,
+                      min_crash_kills=3, tx_effect=tx)
+    return run(cfg, redis_url=redis_url)
+
+
+def test_effect_in_the_acks_transaction_is_once_without_a_key(pgq_url, redis_url):
+    """No dedup key (IDEM=0), workers SIGKILLed at random and right after their
+    commit: the effect commits with the ack or not at all."""
+    report = _chaos(True, redis_url)
+    assert report.verdict == "valid", report.text()
+    s = report.stats
+    assert s["faults"]["crash_kills"]["after-commit"] >= 3
+    assert s["kills"] >= 4 and s["lost"] == 0
+    assert s["rows"] == s["distinct"] == s["counter"]
+    assert s["unacked"] == {"died": 0, "refused": 0}
+
+
+def test_the_same_queue_with_the_ack_after_the_commit_applies_twice(pgq_url,
+                                                                    redis_url):
+    """The same run with the effect in another database and its own ack: each
+    death after the commit is a second effect."""
+    report = _chaos(False, redis_url)
+    assert report.verdict == "invalid"
+    assert report.invariants["applied_twice"].ok is False
+    assert report.invariants["lost"].ok is True
+    s = report.stats
+    assert s["unacked"]["died"] >= 1
+    assert s["rows"] == s["counter"] > s["distinct"]
+
+
+def test_wal_relay_killed_before_confirming_duplicates_and_loses_nothing(
+        pgq_url, redis_url):
+    bench = outbox_runs.Bench(pgq_url, redis_url, own_redis=True)
+    try:
+        run_ = outbox_runs.relay_kills(bench, False, docs=30, kills=3, loop="wal")
+    finally:
+        bench.close()
+    assert run_.lost == 0
+    assert run_.duplicate_deliveries == run_.duplicate_effects == 3
+
+
+def test_wal_relay_publishes_rows_committed_out_of_id_order(pgq_url, redis_url):
+    bench = outbox_runs.Bench(pgq_url, redis_url, own_redis=True)
+    try:
+        run_ = outbox_runs.out_of_order_natural(bench, "wal")
+    finally:
+        bench.close()
+    assert run_.commit_order != sorted(run_.commit_order)
+    assert (run_.skipped, run_.published) == (0, run_.writers)
+
+
+def test_unconfirmed_slot_retains_wal_until_the_relay_confirms(pgq_url,
+                                                               redis_url):
+    bench = outbox_runs.Bench(pgq_url, redis_url, own_redis=True)
+    try:
+        ret = outbox_runs.slot_retention(bench, steps=(0, 100, 200))
+    finally:
+        bench.close()
+    first, mid, last = ret.retained
+    assert first < mid < last and last - mid > (mid - first) / 2   # grows with writes
+    assert ret.published == 200
+    assert ret.after_confirm < (last - first) / 10
+
+
+def test_inbox_through_the_replay_matrix_cases(pgq_url, redis_url):
+    bench = outbox_runs.Bench(pgq_url, redis_url, own_redis=True)
+    try:
+        cases = outbox_runs.inbox_cases(bench)
+    finally:
+        bench.close()
+    # again, at once, killed inside: no effect; another message: one more
+    assert [c.applied for c in cases] == [True, False, False, True, False, True]
+    assert [c.effects for c in cases] == [1, 1, 2, 3, 3, 4]
+
+
+def test_consumer_with_an_inbox_drains_a_queue_once_per_message(tmp_path,
+                                                                redis_url):
+    bench = outbox_runs.Bench(str(tmp_path / "app.sqlite"), redis_url,
+                              own_redis=True)
+    db = bench.fresh()
+    try:
+        for message_id, doc_id in [(1, 5), (1, 5), (2, 5), (3, 6)]:
+            bench.queue.enqueue(bench.r, {"doc_id": doc_id,
+                                          "outbox_id": message_id})
+        assert len(outbox.consume_all(db, bench.r, bench.queue, inbox=True)) == 4
+        assert outbox.effects(db) == (3, 2)
+    finally:
+        db.close()
+        bench.close()
