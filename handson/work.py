@@ -12,14 +12,20 @@ import os
 import time
 
 ITERS = int(os.environ.get("ITERS", "20000"))
+# A job that also waits (on an API, a disk) lasts at least this long whatever
+# the CPU's speed: what a lesson about leases needs from its jobs.
+MIN_S = float(os.environ.get("WORK_MIN_S", "0") or 0)
 
 
 def score(doc: str, iters: int | None = None) -> float:
     if "POISON" in doc:
         raise ValueError(f"cannot tokenize {doc!r}")
+    t0 = time.monotonic()
     h = doc.encode()
     for _ in range(ITERS if iters is None else iters):
         h = hashlib.sha256(h).digest()
+    if (left := MIN_S - (time.monotonic() - t0)) > 0:
+        time.sleep(left)
     return h[0] / 255
 
 

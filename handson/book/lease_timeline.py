@@ -48,12 +48,13 @@ def record(url: str, seeds: tuple[int, ...] = (1, 2, 3, 4), job_s: float = 0.6,
     """Run until one job shows a zombie; its events in seconds from its first claim."""
     iters = iters_for(job_s)
     for seed in seeds:
-        # One pause, held until the other worker claims the reaped job (a
-        # zombie pause): the refusal is built, not a race between the pause
-        # and the end of a short backlog on a loaded machine.
+        # Pauses held until the other worker claims the reaped job (zombie
+        # pauses), keyed to claims, and a quota of one zombie that keeps the
+        # run going until it has one: built, not a race between a pause and
+        # the end of a short backlog on a loaded machine.
         cfg = ChaosConfig(docs=4, workers=2, iters=iters, lease_s=lease_s,
-                          kill_every=0, pause_every=0.7, pause_s=20 * lease_s,
-                          zombie_pauses=True, max_pauses=1, seed=seed)
+                          kill_every=0, pause_every_claims=2, pause_s=20 * lease_s,
+                          zombie_pauses=True, min_zombies=1, seed=seed)
         with tempfile.TemporaryDirectory(prefix="eo-lease-") as work:
             rep = chaos_run(cfg, redis_url=url, workdir=work)
             events = _read_events(Path(work) / "events")
