@@ -121,6 +121,63 @@ def test_claim_and_ack_are_one_round_trip_each(r):
     assert calls == ["EVALSHA", "EVALSHA"]
 
 
+def test_ack_and_claim_is_one_round_trip(r):
+    calls = []
+    original = r.execute_command
+
+    def counting(*args, **kwargs):
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    for job_id in ("warm", "a", "b"):
+        q.enqueue(r, {"id": job_id}, job_id)
+    job = q.claim(r, 30)
+    assert q.ack_and_claim(r, job[0], job[2], 30)[0]     # loads the script
+    r.execute_command = counting
+    acked, nxt = q.ack_and_claim(r, "a", 1, 30)
+    assert calls == ["EVALSHA"]
+    assert acked and nxt == ("b", {"id": "b"}, 1)
+    assert q.status(r, "a") == "done" and q.status(r, "b") == "inflight"
+    assert q.ack_and_claim(r, "b", 1, 30) == (True, None)   # nothing left
+
+
+def test_ack_and_claim_is_fenced_like_ack(r):
+    """A zombie's ack is refused, a failed attempt's too; the claim goes on."""
+    for job_id in ("z", "n1", "n2", "n3"):
+        q.enqueue(r, {}, job_id)
+    first = q.claim(r, 0.05)
+    _expire(0.05)
+    assert q.reap(r, 3) == (1, 0)
+    owner = q.claim(r, 30)                  # "z" went to the back: n1 comes first
+    assert owner[0] == "n1"
+    acked, nxt = q.ack_and_claim(r, "z", first[2], 30)
+    assert not acked and nxt[0] == "n2"     # the zombie is refused, still fed
+    assert q.fail(r, "n2", nxt[2], "boom")
+    acked, nxt = q.ack_and_claim(r, "n2", 1, 30)
+    assert not acked and nxt[0] == "n3"     # a failed attempt cannot ack
+    acked, nxt = q.ack_and_claim(r, "n3", nxt[2], 30)
+    assert acked and nxt[0] == "z" and nxt[2] == 2
+    assert q.ack(r, "z", 2)
+    assert q.status(r, "n3") == "done" and q.status(r, "n2") == "inflight"
+
+
+def test_ack_and_claim_keeps_attempts_and_the_dead_letter_rule(r):
+    """A prefetched job whose worker dies uses its attempt: two deaths, the DLQ."""
+    for job_id in ("done", "p", "other"):
+        q.enqueue(r, {}, job_id)
+    job = q.claim(r, 30)
+    acked, nxt = q.ack_and_claim(r, job[0], job[2], 0.05)
+    assert acked and nxt[0] == "p" and nxt[2] == 1
+    _expire(0.05)                           # the worker died: "p" never seen
+    assert q.reap(r, 2) == (1, 0)
+    job = q.claim(r, 30)                    # "other", then "p" again
+    acked, nxt = q.ack_and_claim(r, job[0], job[2], 0.05)
+    assert acked and nxt[0] == "p" and nxt[2] == 2
+    _expire(0.05)
+    assert q.reap(r, 2) == (0, 1)
+    assert q.dead(r) == [("p", 2, q.LEASE_EXPIRED)]
+
+
 def test_batch_claim_and_ack_are_fenced(r):
     for i in range(5):
         q.enqueue(r, {"i": i}, f"b{i}")
