@@ -30,12 +30,14 @@ call, to keep each script short; call it again while it returns work.
 
 Done retention. A finished job leaves a done marker (its id and when it was
 acked) so the same document saved again is still one job. Markers live for
-`QUEUE_DONE_TTL_S` seconds (default one day) and are pruned by every enqueue
-of a new job and every reap (not on ack: that is the hot path), so the memory
-of what was done stays bounded (the window's acks plus at most the jobs that
-were queued at the last prune); an id enqueued after its marker expired
-is a new job (with attempts from 1 again). Idempotency the queue cannot promise
-beyond that window belongs in the sink (the idempotent write).
+`QUEUE_DONE_TTL_S` seconds (default one day) and are pruned by reap, up to
+REAP_LIMIT expired markers per call (not on ack or enqueue: those are the hot
+path, and a day's markers expiring at once must not make one enqueue slow).
+Workers reap every half second, so the memory of what was done stays bounded
+(the window's acks plus what the reaps since have not reached); an id
+enqueued after its marker expired is a new job (with attempts from 1 again).
+Idempotency the queue cannot promise beyond that window belongs in the sink
+(the idempotent write).
 
 Operators' commands (on REDIS_URL, or a private server for a quick look):
 
@@ -150,10 +152,7 @@ if redis.call('HEXISTS', KEYS[2], 'p:' .. id) == 1 then return 0 end
 local done = redis.call('ZSCORE', KEYS[3], id)
 if done and tonumber(done) >= now - tonumber(ARGV[4]) then return 0 end
 if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[3]) then return -1 end
--- forget expired done markers (this id's too, if it had one); every new job
--- prunes, so the markers are the retention window's plus at most the jobs
--- that were in the queue at the last enqueue
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - tonumber(ARGV[4])))
+if done then redis.call('ZREM', KEYS[3], id) end   -- its marker had expired
 redis.call('HSET', KEYS[2], 'p:' .. id, ARGV[2], 't:' .. id, now)
 redis.call('LPUSH', KEYS[1], id)
 return 1
@@ -331,7 +330,11 @@ for i = 1, #expired, 2 do
     requeued = requeued + 1
   end
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (now - tonumber(ARGV[4])))
+-- forget expired done markers, as many as leases at most (bounded work)
+local cutoff = '(' .. (now - tonumber(ARGV[4]))
+local old = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', cutoff,
+                       'LIMIT', 0, tonumber(ARGV[2]))
+if #old > 0 then redis.call('ZREM', KEYS[6], unpack(old)) end
 return {requeued, dead}
 """
 

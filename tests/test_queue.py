@@ -333,18 +333,22 @@ def test_a_failed_attempt_retried_can_be_acked(r):
     assert q.status(r, "flaky") == "done"
 
 
-def test_done_markers_are_pruned_without_an_ack(r, monkeypatch):
+def test_done_markers_are_pruned_by_reap_in_bounded_steps(r, monkeypatch):
     monkeypatch.setenv("QUEUE_DONE_TTL_S", "0.3")
-    q.enqueue(r, {}, "d")
-    assert q.ack(r, "d", q.claim(r, 30)[2])
+    monkeypatch.setattr(q, "REAP_LIMIT", 2)
+    for i in range(3):
+        q.enqueue(r, {}, f"d{i}")
+        assert q.ack(r, f"d{i}", q.claim(r, 30)[2])
+    assert q.stats(r)["done"] == 3
+    time.sleep(0.4)
+    q.enqueue(r, {}, "e")                   # enqueue leaves the markers alone
+    assert q.stats(r)["done"] == 3
+    q.reap(r, 3)                            # reap prunes, at most REAP_LIMIT
     assert q.stats(r)["done"] == 1
-    time.sleep(0.4)
-    q.enqueue(r, {}, "e")                   # a new job prunes expired markers
+    q.reap(r, 3)
     assert q.stats(r)["done"] == 0
-    assert q.ack(r, "e", q.claim(r, 30)[2])
-    time.sleep(0.4)
-    q.reap(r, 3)                            # so does reap
-    assert q.stats(r)["done"] == 0
+    q.enqueue(r, {}, "d0")                  # expired: a new job, not a marker
+    assert q.status(r, "d0") == "pending"
 
 
 def test_batches_of_any_size_and_any_id(r):
