@@ -53,7 +53,9 @@ so the scripts run unchanged on Redis Cluster. Only Redis 6.2 commands are
 used.
 
 Speed. A job costs the server two scripts of five commands each (claim, ack);
-the batched scripts do the same work for a whole batch in a few commands. See
+`ack_and_claim` does both in one script and one round trip, for a busy worker
+(the next job's lease starts before the worker is ready for it); the batched
+scripts do the same work for a whole batch in a few commands. See
 `python -m handson.bench` for what that buys against a PING loop.
 """
 
@@ -181,8 +183,12 @@ local function ack(inflight, jobs, done, id, attempt, now)
      or redis.call('ZREM', inflight, id) == 0 then   -- and not reaped
     return 0
   end
-  redis.call('HDEL', jobs, 'p:' .. id, 'a:' .. id, 'b:' .. id, 'e:' .. id,
-             't:' .. id)
+  if tonumber(attempt) == 1 then   -- the usual case: no error, never redriven
+    redis.call('HDEL', jobs, 'p:' .. id, 'a:' .. id, 't:' .. id)
+  else                             -- an error (e:) or a redrive (b:) came first
+    redis.call('HDEL', jobs, 'p:' .. id, 'a:' .. id, 't:' .. id, 'b:' .. id,
+               'e:' .. id)
+  end
   redis.call('ZADD', done, now, id)
   return 1
 end

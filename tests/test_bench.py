@@ -15,7 +15,7 @@ import time
 import pytest
 import redis
 
-from handson.bench import run, systems
+from handson.bench import run, scripts, systems
 
 
 def test_slope_rate_ignores_start_up_and_stragglers():
@@ -229,3 +229,16 @@ def test_a_stopped_runner_leaves_no_paused_worker_behind(sig):
     finally:
         if runner.poll() is None:
             runner.kill()
+
+
+def test_script_costs_count_the_commands_inside_each_script():
+    """The fused script shares its TIME; enqueue no longer prunes done markers."""
+    costs = scripts.measure(60)
+    one = {name: c["commands"] for name, c in costs.items()}
+    assert one["ack_and_claim"] == one["claim"] + one["ack"] - 1
+    assert "TIME" in costs["ack_and_claim"]["inside_us"]
+    pruning = {"ZREMRANGEBYSCORE", "ZRANGEBYSCORE"}
+    assert not pruning & set(costs["enqueue"]["inside_us"])
+    assert one["empty script"] == 0 and one["PING"] == 0
+    assert all(c["server_us"] >= 0 for c in costs.values())
+    assert "ack_and_claim" in scripts.table(costs)

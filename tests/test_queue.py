@@ -178,6 +178,26 @@ def test_ack_and_claim_keeps_attempts_and_the_dead_letter_rule(r):
     assert q.dead(r) == [("p", 2, q.LEASE_EXPIRED)]
 
 
+def test_an_ack_leaves_no_field_of_its_job_however_it_got_there(r):
+    """First attempt, a retry after an error, a redrive: each ack clears all."""
+    def fields(job_id):
+        return [f for f in r.hkeys(q.JOBS) if f.decode().endswith(":" + job_id)]
+
+    for job_id in ("first", "retried", "redriven"):
+        q.enqueue(r, {}, job_id)
+    assert q.ack(r, "first", q.claim(r, 30)[2]) and fields("first") == []
+    job = q.claim(r, 30)
+    assert q.fail(r, "retried", job[2], "boom") and q.reap(r, 3) == (1, 0)
+    job = q.claim(r, 0.05)                  # "redriven" dies in its lease
+    _expire(0.05)
+    assert q.reap(r, 1) == (0, 1) and q.redrive(r) == 1
+    for _ in range(2):
+        job = q.claim(r, 30)
+        assert job[2] == 2 and fields(job[0])
+        assert q.ack(r, job[0], job[2]) and fields(job[0]) == []
+    assert r.hlen(q.JOBS) == 0
+
+
 def test_batch_claim_and_ack_are_fenced(r):
     for i in range(5):
         q.enqueue(r, {"i": i}, f"b{i}")

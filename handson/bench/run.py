@@ -444,6 +444,34 @@ def costs(results: list[Result]) -> list[dict]:
     return [c for x in results if (c := cost(results, x))]
 
 
+COST_PARTS = (("round_trip_us", "round trips", "#2c3e50"),
+              ("script_us", "server scripts", "#e67e22"),
+              ("client_us", "client and the rest", "#95a5a6"))
+
+
+def cost_figure(rows: list[dict]):
+    """Stacked bars: each row's µs per job, split as `cost` splits it."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 0.9 + 0.45 * len(rows)))
+    ax = fig.subplots()
+    names = {"reference": "plain", "reference-fused": "fused",
+             "reference-batched": "batched"}
+    labels = [f"{names.get(c['system'], c['system'])}, {c['placement']}"
+              for c in rows]
+    left = [0.0] * len(rows)
+    for key, name, color in COST_PARTS:
+        widths = [max(0.0, c[key]) for c in rows]
+        ax.barh(labels, widths, left=left, color=color, label=name)
+        left = [a + w for a, w in zip(left, widths, strict=True)]
+    ax.invert_yaxis()
+    ax.set_xlabel("µs per job, one worker")
+    ax.legend(frameon=False, fontsize=8, ncol=3, loc="lower center",
+              bbox_to_anchor=(0.5, 1.0))
+    fig.tight_layout()
+    return fig
+
+
 def _shortfall(results: list[Result], x: Result) -> str:
     """What the microseconds past a goal's round trips are spent on."""
     c = cost(results, x)
