@@ -242,3 +242,7 @@ def test_script_costs_count_the_commands_inside_each_script():
     assert one["empty script"] == 0 and one["PING"] == 0
     assert all(c["server_us"] >= 0 for c in costs.values())
     assert "ack_and_claim" in scripts.table(costs)
+    mine = scripts.client(30)
+    assert set(mine) == {"job, claim + ack", "job, ack_and_claim", "PING, redis-py",
+                         "PING, bare connection"}
+    assert all(us > 0 for us in mine.values())

@@ -8,6 +8,11 @@ records each call's time inside the server, and an empty script with the same
 keys, and a PING, give what any script call and any command cost before any
 work: the rest is the work of the script's own commands. The times are the
 medians of N calls on whatever machine this is; the counts do not depend on it.
+
+The client's side is measured too, in this process's CPU time per call: a job
+through the queue's functions, a PING through redis-py, and a PING written and
+read on a bare connection, which is what the round trip itself costs the client
+without redis-py's per-call machinery (pool, retries, reply callbacks).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 
 import redis
 
@@ -74,6 +80,42 @@ def measure(n: int = 2000) -> dict[str, dict]:
         server.stop()
 
 
+def _cpu_us(n: int, call) -> float:
+    t0 = time.process_time()
+    for _ in range(n):
+        call()
+    return (time.process_time() - t0) * 1e6 / n
+
+
+def client(n: int = 2000) -> dict[str, float]:
+    """This process's CPU µs per job (or per PING), the fastest of three tries."""
+    server = EmbeddedRedis().start()
+    try:
+        r = redis.Redis.from_url(server.url)
+        SYSTEMS["reference"].fill(r, 7 * n + 2)
+        job = [q.claim(r, LEASE_S)]
+
+        def plain():
+            j = q.claim(r, LEASE_S)
+            q.ack(r, j[0], j[2])
+
+        def fused():
+            job[0] = q.ack_and_claim(r, job[0][0], job[0][2], LEASE_S)[1]
+
+        conn = r.connection_pool.get_connection()
+
+        def bare():
+            conn.send_command("PING")
+            conn.read_response()
+        calls = {"job, claim + ack": plain, "job, ack_and_claim": fused,
+                 "PING, redis-py": r.ping, "PING, bare connection": bare}
+        out = {name: min(_cpu_us(n, c) for _ in range(3)) for name, c in calls.items()}
+        r.connection_pool.release(conn)
+        return out
+    finally:
+        server.stop()
+
+
 def table(costs: dict[str, dict]) -> str:
     lines = [f"{'script':<14} {'commands':>8} {'µs a call':>9}  µs in its commands"]
     for name, c in costs.items():
@@ -90,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.calls < 10:
         ap.error("--calls must be at least 10")
     print(table(measure(args.calls)))
+    print(f"\n{'client':<22} CPU µs a call (this process)")
+    for name, us in client(args.calls).items():
+        print(f"{name:<22} {us:.1f}")
     return 0
 
 
