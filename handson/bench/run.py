@@ -274,8 +274,9 @@ class Turns:
         A slow system's window is stretched to hold about MIN_JOBS jobs, so
         the job that straddles its start or end weighs little.
         """
-        if self.rates:
-            seconds = min(MAX_WINDOW_S, max(seconds, MIN_JOBS / self.rates[-1]))
+        if self.rates:      # a window the scheduler starved (0 jobs): the longest
+            seconds = (min(MAX_WINDOW_S, max(seconds, MIN_JOBS / self.rates[-1]))
+                       if self.rates[-1] > 0 else MAX_WINDOW_S)
         for _ in range(3):
             if self.system:
                 need = max(FIRST_FILL[self.name], 3 * self.last)
