@@ -1171,11 +1171,14 @@ class _Judge:
         """
         lease_ns = self.cfg.lease_s * 1e9
         left, waits, prefetched = [], [], 0
+        of_pid = defaultdict(list)
+        for e in self.events:
+            of_pid[e["pid"]].append(e)
         for t, pid in self.run.kills:
             held, granted = None, 0
-            for e in self.events:
-                if e["pid"] != pid or e["t"] > t:
-                    continue
+            for e in of_pid[pid]:
+                if e["t"] > t:
+                    break
                 if e["ev"] == "claim":
                     held, granted = e, e.get("t0", e["t"])
                 elif held and e.get("job") == held["job"]:
