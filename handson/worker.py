@@ -38,7 +38,8 @@ from handson.queues.contract import ContractError, load_queue
 CRASH_POINTS = {
     "after-claim": "right after claim returns, before any work",
     "mid-call": "after any Redis reply inside a contract call, before it returns",
-    "mid-claim": "after a Redis reply inside claim(), before it returns",
+    "mid-claim": "after a Redis reply inside claim() (or ack_and_claim()), before "
+                 "it returns",
     "after-commit": "after the score is committed, before the ack",
     "during-heartbeat": "in the heartbeat thread, right after an extend",
     "on-poison": "a poison document crashes the worker instead of raising",
