@@ -68,12 +68,14 @@ def parse(argv: list[str] | None) -> tuple[ChaosConfig, argparse.Namespace]:
     ap.add_argument("--tx-effect", action="store_true",
                     help="the effect and the ack in one transaction (a queue "
                          "with finish(), such as handson.queues.pgq)")
+    ap.add_argument("--fused", action="store_true",
+                    help="workers ack a job and claim the next in one call")
     ap.add_argument("--zombie-pauses", action="store_true",
                     help="a paused worker stays stopped until its job is claimed "
                          "again, then acks while the new holder is stopped")
     for f in fields(ChaosConfig):
         if f.name in ("workers", "crash_points", "heartbeat", "ack_before_work",
-                      "idem", "ack_delay", "zombie_pauses", "tx_effect"):
+                      "fused", "idem", "ack_delay", "zombie_pauses", "tx_effect"):
             continue
         default = getattr(d, f.name)
         ap.add_argument("--" + f.name.replace("_", "-"), type=type(default),

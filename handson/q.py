@@ -30,12 +30,14 @@ call, to keep each script short; call it again while it returns work.
 
 Done retention. A finished job leaves a done marker (its id and when it was
 acked) so the same document saved again is still one job. Markers live for
-`QUEUE_DONE_TTL_S` seconds (default one day) and are pruned by every enqueue
-of a new job and every reap (not on ack: that is the hot path), so the memory
-of what was done stays bounded (the window's acks plus at most the jobs that
-were queued at the last prune); an id enqueued after its marker expired
-is a new job (with attempts from 1 again). Idempotency the queue cannot promise
-beyond that window belongs in the sink (the idempotent write).
+`QUEUE_DONE_TTL_S` seconds (default one day) and are pruned by reap, up to
+REAP_LIMIT expired markers per call (not on ack or enqueue: those are the hot
+path, and a day's markers expiring at once must not make one enqueue slow).
+Workers reap every half second, so the memory of what was done stays bounded
+(the window's acks plus what the reaps since have not reached); an id
+enqueued after its marker expired is a new job (with attempts from 1 again).
+Idempotency the queue cannot promise beyond that window belongs in the sink
+(the idempotent write).
 
 Operators' commands (on REDIS_URL, or a private server for a quick look):
 
@@ -51,7 +53,9 @@ so the scripts run unchanged on Redis Cluster. Only Redis 6.2 commands are
 used.
 
 Speed. A job costs the server two scripts of five commands each (claim, ack);
-the batched scripts do the same work for a whole batch in a few commands. See
+`ack_and_claim` does both in one script and one round trip, for a busy worker
+(the next job's lease starts before the worker is ready for it); the batched
+scripts do the same work for a whole batch in a few commands. See
 `python -m handson.bench` for what that buys against a PING loop.
 """
 
@@ -150,42 +154,70 @@ if redis.call('HEXISTS', KEYS[2], 'p:' .. id) == 1 then return 0 end
 local done = redis.call('ZSCORE', KEYS[3], id)
 if done and tonumber(done) >= now - tonumber(ARGV[4]) then return 0 end
 if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[3]) then return -1 end
--- forget expired done markers (this id's too, if it had one); every new job
--- prunes, so the markers are the retention window's plus at most the jobs
--- that were in the queue at the last enqueue
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - tonumber(ARGV[4])))
+if done then redis.call('ZREM', KEYS[3], id) end   -- its marker had expired
 redis.call('HSET', KEYS[2], 'p:' .. id, ARGV[2], 't:' .. id, now)
 redis.call('LPUSH', KEYS[1], id)
 return 1
 """
 
-_CLAIM = _NOW + """
--- KEYS: pending inflight jobs waiting
--- ARGV: lease_ms
-local id = redis.call('RPOP', KEYS[1])
-if not id then return false end
-local n = redis.call('HINCRBY', KEYS[3], 'a:' .. id, 1)
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
-if n > 1 then redis.call('ZREM', KEYS[4], id) end   -- requeued: waits no more
-local out = {id, redis.call('HGET', KEYS[3], 'p:' .. id), n}
-return out
+# Claim and ack as Lua functions, so the fused script below runs the very same
+# steps as the two it fuses. `now` is the caller's (one TIME per script).
+_CLAIM_FN = """
+-- the next pending job with a lease to now + lease_ms: {id, payload, attempt}
+local function claim(pending, inflight, jobs, waiting, lease_ms, now)
+  local id = redis.call('RPOP', pending)
+  if not id then return false end
+  local n = redis.call('HINCRBY', jobs, 'a:' .. id, 1)
+  redis.call('ZADD', inflight, now + tonumber(lease_ms), id)
+  if n > 1 then redis.call('ZREM', waiting, id) end   -- requeued: waits no more
+  return {id, redis.call('HGET', jobs, 'p:' .. id), n}
+end
 """
 
-_ACK = _NOW + """
+_ACK_FN = """
+-- finish attempt `attempt` of job `id`: 1, or 0 when it no longer holds it
+local function ack(inflight, jobs, done, id, attempt, now)
+  local job = redis.call('HMGET', jobs, 'a:' .. id, 'f:' .. id)
+  if tonumber(job[1]) ~= tonumber(attempt)           -- the fence: still this attempt
+     or job[2]                                       -- not failed
+     or redis.call('ZREM', inflight, id) == 0 then   -- and not reaped
+    return 0
+  end
+  if tonumber(attempt) == 1 then   -- the usual case: no error, never redriven
+    redis.call('HDEL', jobs, 'p:' .. id, 'a:' .. id, 't:' .. id)
+  else                             -- an error (e:) or a redrive (b:) came first
+    redis.call('HDEL', jobs, 'p:' .. id, 'a:' .. id, 't:' .. id, 'b:' .. id,
+               'e:' .. id)
+  end
+  redis.call('ZADD', done, now, id)
+  return 1
+end
+"""
+
+_CLAIM = _NOW + _CLAIM_FN + """
+-- KEYS: pending inflight jobs waiting
+-- ARGV: lease_ms
+return claim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], now)
+"""
+
+_ACK = _NOW + _ACK_FN + """
 -- KEYS: inflight jobs done
 -- ARGV: job_id attempt
-local id = ARGV[1]
-local job = redis.call('HMGET', KEYS[2], 'a:' .. id, 'f:' .. id)
-local out = 0
-if tonumber(job[1]) == tonumber(ARGV[2])             -- the fence: still this attempt
-   and not job[2]                                    -- not failed
-   and redis.call('ZREM', KEYS[1], id) == 1 then     -- and not reaped
-  redis.call('HDEL', KEYS[2], 'p:' .. id, 'a:' .. id, 'b:' .. id, 'e:' .. id,
-             't:' .. id)
-  redis.call('ZADD', KEYS[3], now, id)
-  out = 1
-end
-return out
+return ack(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], now)
+"""
+
+# A busy worker's one round trip per job (BullMQ's moveToFinished does the
+# same): the ack of the job it finished and the claim of the next, one atomic
+# step. The ack is judged alone: a refused ack still claims (the worker is
+# free either way). Reply {acked, id, payload, attempt}, or {acked} when
+# nothing is pending.
+_ACK_AND_CLAIM = _NOW + _ACK_FN + _CLAIM_FN + """
+-- KEYS: inflight jobs done pending waiting
+-- ARGV: job_id attempt lease_ms
+local acked = ack(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], now)
+local job = claim(KEYS[4], KEYS[1], KEYS[2], KEYS[5], ARGV[3], now)
+if not job then return {acked} end
+return {acked, job[1], job[2], job[3]}
 """
 
 # Up to 128 short members, Redis keeps a zset as a packed list where each
@@ -304,7 +336,11 @@ for i = 1, #expired, 2 do
     requeued = requeued + 1
   end
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (now - tonumber(ARGV[4])))
+-- forget expired done markers, as many as leases at most (bounded work)
+local cutoff = '(' .. (now - tonumber(ARGV[4]))
+local old = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', cutoff,
+                       'LIMIT', 0, tonumber(ARGV[2]))
+if #old > 0 then redis.call('ZREM', KEYS[6], unpack(old)) end
 return {requeued, dead}
 """
 
@@ -381,6 +417,7 @@ class _Script:
 _enqueue = _Script(_ENQUEUE)
 _claim = _Script(_CLAIM)
 _ack = _Script(_ACK)
+_ack_and_claim = _Script(_ACK_AND_CLAIM)
 _claim_batch = _Script(_CLAIM_BATCH)
 _ack_batch = _Script(_ACK_BATCH)
 _extend = _Script(_EXTEND)
@@ -458,6 +495,23 @@ def ack(r: redis.Redis, job_id: str, attempt: int, *, queue: str = "q") -> bool:
     """Finish the job. False: this attempt no longer holds the lease (a zombie)."""
     k = keys(queue)
     return bool(_ack(r, (k.inflight, k.jobs, k.done), (job_id, int(attempt))))
+
+
+def ack_and_claim(r: redis.Redis, job_id: str, attempt: int, lease_s: float, *,
+                  queue: str = "q") -> tuple[bool, tuple[str, dict, int] | None]:
+    """Ack the job and claim the next in one round trip: (acked, next job or None).
+
+    The ack is `ack`'s, fenced the same; the claim is `claim`'s, and happens
+    even when the ack is refused. The next job's lease starts now: a worker
+    that dies before it reads the reply holds that job until its lease ends.
+    """
+    k = keys(queue)
+    row = _ack_and_claim(r, (k.inflight, k.jobs, k.done, k.pending, k.waiting),
+                         (job_id, int(attempt), _ms(lease_s)))
+    if len(row) == 1:
+        return bool(row[0]), None
+    acked, i, p, a = row
+    return bool(acked), (_text(i), json.loads(p) if p else {}, int(a))
 
 
 def extend(r: redis.Redis, job_id: str, attempt: int, lease_s: float, *,

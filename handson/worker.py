@@ -2,7 +2,7 @@
 
     REDIS_URL=... python -m handson.worker --queue handson.q --db results.db \\
         [--events DIR] [--lease 2] [--max-attempts 3] [--no-heartbeat] \\
-        [--ack-before-work] [--tx-effect]
+        [--ack-before-work] [--tx-effect] [--fused]
 
 Environment: IDEM (1: idempotent sink, 0: naive), ACK_DELAY (seconds between
 commit and ack), ITERS (work per document), and for the chaos run CRASH_POINT
@@ -12,6 +12,10 @@ point the worker SIGKILLs itself with probability CRASH_P.
 The worker uses the queue only through the contract functions, so any module
 that meets the contract can be run, and judged, by the chaos engine. It imports
 little because the chaos run restarts it after every kill.
+
+With --fused (a queue that has `ack_and_claim`, as the reference does) a busy
+worker acks its job and claims the next in one call, one round trip per job;
+the next job's lease starts before the worker is ready for it.
 """
 
 from __future__ import annotations
@@ -34,11 +38,13 @@ from handson.queues.contract import ContractError, load_queue
 CRASH_POINTS = {
     "after-claim": "right after claim returns, before any work",
     "mid-call": "after any Redis reply inside a contract call, before it returns",
-    "mid-claim": "after a Redis reply inside claim(), before it returns",
+    "mid-claim": "after a Redis reply inside claim() (or ack_and_claim()), before "
+                 "it returns",
     "after-commit": "after the score is committed, before the ack",
     "during-heartbeat": "in the heartbeat thread, right after an extend",
     "on-poison": "a poison document crashes the worker instead of raising",
 }
+CLAIMS = ("claim", "ack_and_claim")   # the calls that hand out a job
 PID = os.getpid()
 REAP_TICK_S = 0.02     # a --reap-only reaper calls reap() on these clock ticks
 
@@ -115,7 +121,7 @@ class Crashes:
             name = getattr(crashes.call, "name", None)
             if name:
                 crashes.maybe("mid-call", call=name)
-            if name == "claim":
+            if name in CLAIMS:
                 crashes.maybe("mid-claim", call=name)
             return reply
 
@@ -124,7 +130,7 @@ class Crashes:
     def _armed(self, name: str) -> str | None:
         """The crash point, if any, that kills the queue's host in this call."""
         for point in ("mid-call", "mid-claim"):
-            if (point in self.points and (point == "mid-call" or name == "claim")
+            if (point in self.points and (point == "mid-call" or name in CLAIMS)
                     and self.rng.random() < self.p_at[point]):
                 return point
         return None
@@ -185,6 +191,7 @@ class Worker:
         self.heartbeat = not args.no_heartbeat and not args.ack_before_work
         self.ack_before_work = args.ack_before_work
         self.tx_effect = args.tx_effect
+        self.fused = args.fused and not args.ack_before_work
         self.idem = os.environ.get("IDEM", "1") == "1"
         self.ack_delay = float(os.environ.get("ACK_DELAY", "0") or 0)
         self.events = Events(args.events)
@@ -205,33 +212,46 @@ class Worker:
 
     def run(self) -> None:
         self.events.log("start")
-        last_reap, idle = 0.0, False
-        while not self.stopping:
+        last_reap, idle, job = 0.0, False, None
+        while job is not None or not self.stopping:   # a prefetched job is finished
             if time.monotonic() - last_reap > self.reap_every:
                 self.reap()
                 last_reap = time.monotonic()
-            t0 = time.monotonic_ns()
-            job = self.call("claim", self.lease_s)
             if job is None:
-                if not idle:
-                    self.events.log("idle")
-                    idle = True
-                time.sleep(0.05)
-                continue
-            idle = False
-            job_id, payload, attempt = job
-            self.events.log("claim", job=job_id, attempt=attempt, t0=t0)
-            self.crashes.maybe("after-claim", job=job_id, attempt=attempt)
-            self.process(job_id, payload, attempt)
+                t0 = time.monotonic_ns()
+                job = self.call("claim", self.lease_s)
+                if job is None:
+                    if not idle:
+                        self.events.log("idle")
+                        idle = True
+                    time.sleep(0.05)
+                    continue
+                idle = False
+                self.claimed(job, t0, "claim")
+            job = self.process(*job)
         self.events.log("stop")
 
-    def ack(self, job_id: str, attempt: int) -> None:
+    def claimed(self, job, t0: int, via: str) -> None:
+        job_id, _payload, attempt = job
+        self.events.log("claim", job=job_id, attempt=attempt, t0=t0, via=via)
+        self.crashes.maybe("after-claim", job=job_id, attempt=attempt)
+
+    def ack(self, job_id: str, attempt: int):
+        """Ack the job; fused (and not stopping), claim the next too: that job."""
         t0 = time.monotonic_ns()
-        ok = bool(self.call("ack", job_id, attempt))
+        nxt = None
+        if self.fused and not self.stopping:
+            ok, nxt = self.call("ack_and_claim", job_id, attempt, self.lease_s)
+        else:
+            ok = bool(self.call("ack", job_id, attempt))
         self.events.log("ack" if ok else "ack_refused", job=job_id, attempt=attempt,
                         t0=t0)
+        if nxt is not None:
+            self.claimed(nxt, t0, "ack_and_claim")
+        return nxt
 
-    def process(self, job_id: str, payload, attempt: int) -> None:
+    def process(self, job_id: str, payload, attempt: int):
+        """Work the job and end it; the next job when the ack fetched one."""
         if self.ack_before_work:
             self.ack(job_id, attempt)
         hb = Heartbeat(self, job_id, attempt) if self.heartbeat else None
@@ -251,16 +271,16 @@ class Worker:
             ok = bool(self.call("fail", job_id, attempt, error))
             self.events.log("fail", job=job_id, attempt=attempt, ok=ok, error=error,
                             t0=t0)
-            return
+            return None
         if hb and hb.lost:
             hb.stop()
             self.events.log("abandoned", job=job_id, attempt=attempt)
             print(f"worker {PID}: lease of {job_id} attempt {attempt} was lost; "
                   "abandoned it (no commit, no ack)", file=sys.stderr)
-            return
+            return None
         if self.tx_effect:
             self.finish(job_id, payload.get("doc_id"), s, attempt, hb)
-            return
+            return None
         effect = sink.apply(self.db, job_id, payload.get("doc_id"), s, attempt,
                             self.idem)
         self.events.log("commit", job=job_id, attempt=attempt, effect=effect)
@@ -269,8 +289,7 @@ class Worker:
             time.sleep(self.ack_delay)
         if hb:
             hb.stop()
-        if not self.ack_before_work:
-            self.ack(job_id, attempt)
+        return None if self.ack_before_work else self.ack(job_id, attempt)
 
     def finish(self, job_id: str, doc_id, s: float, attempt: int, hb) -> None:
         """--tx-effect: the effect and the ack commit as one transaction of the
@@ -306,6 +325,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-heartbeat", action="store_true")
     ap.add_argument("--ack-before-work", action="store_true")
     ap.add_argument("--tx-effect", action="store_true")
+    ap.add_argument("--fused", action="store_true",
+                    help="ack a job and claim the next in one call (ack_and_claim)")
     ap.add_argument("--reap-only", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -320,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
         q = load_queue(args.queue)
     except ContractError as err:
         sys.exit(str(err))
+    if args.fused and not callable(getattr(q, "ack_and_claim", None)):
+        sys.exit(f"--fused: {args.queue} has no ack_and_claim(r, job_id, attempt, "
+                 "lease_s)")
     try:       # a plain server, or a cluster client if the URL names a node
         r = redis_server.connect(url, decode_responses=True)
     except redis_server.RedisUnavailable as err:

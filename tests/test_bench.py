@@ -15,7 +15,7 @@ import time
 import pytest
 import redis
 
-from handson.bench import run, systems
+from handson.bench import run, scripts, systems
 
 
 def test_slope_rate_ignores_start_up_and_stragglers():
@@ -54,12 +54,13 @@ def test_reference_and_ping_end_to_end():
     assert f"round 1/{rounds}" in res.stderr
 
 
-def test_a_paused_system_takes_no_job_and_a_window_tops_it_up(redis_url, tmp_path,
-                                                              monkeypatch):
-    monkeypatch.setitem(run.FIRST_FILL, "reference", 50)
+@pytest.mark.parametrize("system", ["reference", "reference-fused"])
+def test_a_paused_system_takes_no_job_and_a_window_tops_it_up(system, redis_url,
+                                                              tmp_path, monkeypatch):
+    monkeypatch.setitem(run.FIRST_FILL, system, 50)
     r = redis.Redis.from_url(redis_url)
     r.flushall()
-    turns = run.Turns("reference", r, redis_url, 1, str(tmp_path), None)
+    turns = run.Turns(system, r, redis_url, 1, str(tmp_path), None)
     try:
         paused_at = turns.count()
         assert 0 < paused_at <= 50                # it took a job, then stopped
@@ -130,7 +131,7 @@ def _report(results):
                                    "vs_ping_half": run._vs_ping_half(results, x)}
                         for x in results],
             "skipped": {"celery": "celery is not installed"},
-            "goals": run.goals(results)}
+            "goals": run.goals(results), "costs": run.costs(results)}
 
 
 def test_table_marks_goals_met_or_short():
@@ -146,6 +147,30 @@ def test_table_marks_goals_met_or_short():
     assert "4.2x the reference beside it" in text
     assert "celery            skipped: celery is not installed" in text
     assert max(len(line) for line in text.splitlines()) <= 90   # fits the page
+
+
+def test_fused_goal_is_the_ping_rate_and_a_short_goal_says_where_the_us_go():
+    """PING 100 µs a round trip; the server's CPU 10 µs a PING, 50 µs a job."""
+    results = [_result("ping", [10_000.0], anchor=[4_000.0]),
+               _result("reference", [4_000.0] * 3),
+               _result("reference-fused", [5_000.0], anchor=[4_000.0])]
+    for x in results:
+        x.server_us = [50.0 if x.system != "ping" else 10.0]
+    goals = {g["goal"].split(" (")[0]: g for g in run.goals(results)}
+    fused = goals["fused >= 90% of PING per worker"]
+    assert fused["value"] == pytest.approx(0.5) and not fused["met"]
+    [c] = [c for c in run.costs(results) if c["system"] == "reference-fused"]
+    # 200 µs a job = one round trip 100 + server 50 - 10 + the client's 60
+    assert c["job_us"] == pytest.approx(200.0)
+    assert (c["round_trip_us"], c["script_us"], c["client_us"]) == pytest.approx(
+        (100.0, 40.0, 60.0))
+    ref = goals["reference >= 90% of PING/2 per worker"]
+    assert ref["value"] == pytest.approx(0.8)
+    text = run.table(_report(results))
+    assert ("100.0 µs a job past 1 round trip(s): server scripts 40.0, client "
+            "and rest 60.0") in text
+    assert "SHORT fused >= 90% of PING per worker (1w, unpinned): 50%" in text
+    assert max(len(line) for line in text.splitlines()) <= 90
 
 
 def test_each_round_compares_the_reference_beside_it_and_repeats_spread():
@@ -204,3 +229,20 @@ def test_a_stopped_runner_leaves_no_paused_worker_behind(sig):
     finally:
         if runner.poll() is None:
             runner.kill()
+
+
+def test_script_costs_count_the_commands_inside_each_script():
+    """The fused script shares its TIME; enqueue no longer prunes done markers."""
+    costs = scripts.measure(60)
+    one = {name: c["commands"] for name, c in costs.items()}
+    assert one["ack_and_claim"] == one["claim"] + one["ack"] - 1
+    assert "TIME" in costs["ack_and_claim"]["inside_us"]
+    pruning = {"ZREMRANGEBYSCORE", "ZRANGEBYSCORE"}
+    assert not pruning & set(costs["enqueue"]["inside_us"])
+    assert one["empty script"] == 0 and one["PING"] == 0
+    assert all(c["server_us"] >= 0 for c in costs.values())
+    assert "ack_and_claim" in scripts.table(costs)
+    mine = scripts.client(30)
+    assert set(mine) == {"job, claim + ack", "job, ack_and_claim", "PING, redis-py",
+                         "PING, bare connection"}
+    assert all(us > 0 for us in mine.values())

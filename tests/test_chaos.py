@@ -329,6 +329,24 @@ def test_quota_keeps_the_chaos_going_and_reports_faults_by_kind(redis_url):
     assert data["stats"]["faults"] == f and data["stats"]["quota"] == cfg.quota
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_fused_worker_loop_is_valid_under_its_fault_quota(seed, redis_url):
+    """Acks that claim the next job, killed: a prefetched job waits out a lease."""
+    cfg = ChaosConfig(docs=40, workers=2, kill_every=0, kill_every_claims=6,
+                      min_kills=6, crash_points=("mid-claim",), crash_p=0.05,
+                      min_crash_kills=1, lease_s=0.3, iters=20000, seed=seed,
+                      fused=True)
+    report = _run(cfg, redis_url)
+    assert report.verdict == "valid", report.text()
+    f = report.stats["faults"]
+    assert f["kills"] >= 6 and f["crash_kills"]["mid-claim"] >= 1, f
+    o = report.stats["orphans"]
+    assert o["prefetched"] >= 1, o       # killed holding a job its ack fetched
+    assert 0 < o["lease_left_s"] <= o["median_wait_s"], o   # it waited the lease
+    assert "prefetched); at the kill" in report.text()
+    assert "--fused" in report.replay
+
+
 def test_run_short_of_its_quota_is_unknown_never_a_pass(redis_url):
     """A correct queue, but the cap ends the chaos before 500 kills: unknown."""
     cfg = ChaosConfig(docs=20, workers=2, kill_every=0, kill_every_claims=3,

@@ -91,11 +91,14 @@ def test_connect_follows_the_url_and_queues_spread_over_shards(cluster):
         for name in g:
             q.reset(rc, queue=name)
             q.enqueue(rc, {"n": name}, "same-id", queue=name)
+            q.enqueue(rc, {"n": name}, "next-id", queue=name)
     for g in groups:                        # one id, one job per queue, no mix-up
         for name in g:
             job_id, payload, attempt = q.claim(rc, 30, queue=name)
             assert (job_id, payload, attempt) == ("same-id", {"n": name}, 1)
-            assert q.ack(rc, job_id, attempt, queue=name)
+            acked, nxt = q.ack_and_claim(rc, job_id, attempt, 30, queue=name)
+            assert acked and nxt == ("next-id", {"n": name}, 1)  # one slot, 5 keys
+            assert q.ack(rc, nxt[0], nxt[2], queue=name)
             assert q.claim(rc, 30, queue=name) is None
     plain = EmbeddedRedis().start()
     try:

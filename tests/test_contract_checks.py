@@ -29,7 +29,7 @@ def _lua_override(script: str, lua: str) -> str:
 # name -> (edits to the source: (old, new) pairs or text to append, check that fails)
 BROKEN = {
     "ack_without_attempt_check": (
-        [("if tonumber(job[1]) == tonumber(ARGV[2])", "if true")],
+        [("if tonumber(job[1]) ~= tonumber(attempt)", "if false")],
         ["zombie_ack_refused", "owner_ack_after_zombie"]),
     "extend_without_attempt_check": (
         _lua_override("_extend", """
@@ -64,9 +64,9 @@ redis.call('HSET', KEYS[2], 'e:'""")], ["zombie_fail_refused"]),
         [("if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[3]) then return -1 end",
           "")], ["bound_refuses"]),
     "claim_does_not_count": (
-        [("local n = redis.call('HINCRBY', KEYS[3], 'a:' .. id, 1)",
-          "redis.call('HSETNX', KEYS[3], 'a:' .. id, 1)\n"
-          "local n = tonumber(redis.call('HGET', KEYS[3], 'a:' .. id))")],
+        [("local n = redis.call('HINCRBY', jobs, 'a:' .. id, 1)",
+          "redis.call('HSETNX', jobs, 'a:' .. id, 1)\n"
+          "local n = tonumber(redis.call('HGET', jobs, 'a:' .. id))")],
         ["attempt_grows"]),
     "payload_not_decoded": (
         [("return _text(i), json.loads(p) if p else {}, int(a)",

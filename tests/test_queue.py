@@ -121,6 +121,83 @@ def test_claim_and_ack_are_one_round_trip_each(r):
     assert calls == ["EVALSHA", "EVALSHA"]
 
 
+def test_ack_and_claim_is_one_round_trip(r):
+    calls = []
+    original = r.execute_command
+
+    def counting(*args, **kwargs):
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    for job_id in ("warm", "a", "b"):
+        q.enqueue(r, {"id": job_id}, job_id)
+    job = q.claim(r, 30)
+    assert q.ack_and_claim(r, job[0], job[2], 30)[0]     # loads the script
+    r.execute_command = counting
+    acked, nxt = q.ack_and_claim(r, "a", 1, 30)
+    assert calls == ["EVALSHA"]
+    assert acked and nxt == ("b", {"id": "b"}, 1)
+    assert q.status(r, "a") == "done" and q.status(r, "b") == "inflight"
+    assert q.ack_and_claim(r, "b", 1, 30) == (True, None)   # nothing left
+
+
+def test_ack_and_claim_is_fenced_like_ack(r):
+    """A zombie's ack is refused, a failed attempt's too; the claim goes on."""
+    for job_id in ("z", "n1", "n2", "n3"):
+        q.enqueue(r, {}, job_id)
+    first = q.claim(r, 0.05)
+    _expire(0.05)
+    assert q.reap(r, 3) == (1, 0)
+    owner = q.claim(r, 30)                  # "z" went to the back: n1 comes first
+    assert owner[0] == "n1"
+    acked, nxt = q.ack_and_claim(r, "z", first[2], 30)
+    assert not acked and nxt[0] == "n2"     # the zombie is refused, still fed
+    assert q.fail(r, "n2", nxt[2], "boom")
+    acked, nxt = q.ack_and_claim(r, "n2", 1, 30)
+    assert not acked and nxt[0] == "n3"     # a failed attempt cannot ack
+    acked, nxt = q.ack_and_claim(r, "n3", nxt[2], 30)
+    assert acked and nxt[0] == "z" and nxt[2] == 2
+    assert q.ack(r, "z", 2)
+    assert q.status(r, "n3") == "done" and q.status(r, "n2") == "inflight"
+
+
+def test_ack_and_claim_keeps_attempts_and_the_dead_letter_rule(r):
+    """A prefetched job whose worker dies uses its attempt: two deaths, the DLQ."""
+    for job_id in ("done", "p", "other"):
+        q.enqueue(r, {}, job_id)
+    job = q.claim(r, 30)
+    acked, nxt = q.ack_and_claim(r, job[0], job[2], 0.05)
+    assert acked and nxt[0] == "p" and nxt[2] == 1
+    _expire(0.05)                           # the worker died: "p" never seen
+    assert q.reap(r, 2) == (1, 0)
+    job = q.claim(r, 30)                    # "other", then "p" again
+    acked, nxt = q.ack_and_claim(r, job[0], job[2], 0.05)
+    assert acked and nxt[0] == "p" and nxt[2] == 2
+    _expire(0.05)
+    assert q.reap(r, 2) == (0, 1)
+    assert q.dead(r) == [("p", 2, q.LEASE_EXPIRED)]
+
+
+def test_an_ack_leaves_no_field_of_its_job_however_it_got_there(r):
+    """First attempt, a retry after an error, a redrive: each ack clears all."""
+    def fields(job_id):
+        return [f for f in r.hkeys(q.JOBS) if f.decode().endswith(":" + job_id)]
+
+    for job_id in ("first", "retried", "redriven"):
+        q.enqueue(r, {}, job_id)
+    assert q.ack(r, "first", q.claim(r, 30)[2]) and fields("first") == []
+    job = q.claim(r, 30)
+    assert q.fail(r, "retried", job[2], "boom") and q.reap(r, 3) == (1, 0)
+    job = q.claim(r, 0.05)                  # "redriven" dies in its lease
+    _expire(0.05)
+    assert q.reap(r, 1) == (0, 1) and q.redrive(r) == 1
+    for _ in range(2):
+        job = q.claim(r, 30)
+        assert job[2] == 2 and fields(job[0])
+        assert q.ack(r, job[0], job[2]) and fields(job[0]) == []
+    assert r.hlen(q.JOBS) == 0
+
+
 def test_batch_claim_and_ack_are_fenced(r):
     for i in range(5):
         q.enqueue(r, {"i": i}, f"b{i}")
@@ -276,18 +353,22 @@ def test_a_failed_attempt_retried_can_be_acked(r):
     assert q.status(r, "flaky") == "done"
 
 
-def test_done_markers_are_pruned_without_an_ack(r, monkeypatch):
+def test_done_markers_are_pruned_by_reap_in_bounded_steps(r, monkeypatch):
     monkeypatch.setenv("QUEUE_DONE_TTL_S", "0.3")
-    q.enqueue(r, {}, "d")
-    assert q.ack(r, "d", q.claim(r, 30)[2])
+    monkeypatch.setattr(q, "REAP_LIMIT", 2)
+    for i in range(3):
+        q.enqueue(r, {}, f"d{i}")
+        assert q.ack(r, f"d{i}", q.claim(r, 30)[2])
+    assert q.stats(r)["done"] == 3
+    time.sleep(0.4)
+    q.enqueue(r, {}, "e")                   # enqueue leaves the markers alone
+    assert q.stats(r)["done"] == 3
+    q.reap(r, 3)                            # reap prunes, at most REAP_LIMIT
     assert q.stats(r)["done"] == 1
-    time.sleep(0.4)
-    q.enqueue(r, {}, "e")                   # a new job prunes expired markers
+    q.reap(r, 3)
     assert q.stats(r)["done"] == 0
-    assert q.ack(r, "e", q.claim(r, 30)[2])
-    time.sleep(0.4)
-    q.reap(r, 3)                            # so does reap
-    assert q.stats(r)["done"] == 0
+    q.enqueue(r, {}, "d0")                  # expired: a new job, not a marker
+    assert q.status(r, "d0") == "pending"
 
 
 def test_batches_of_any_size_and_any_id(r):

@@ -15,12 +15,17 @@ a paused queue is topped up before it runs again, so no window runs dry.
 
 The PING loop gives the ceiling: one client doing nothing but round trips,
 counted by the server. A job through the reference queue costs two (claim and
-ack), so half the PING rate is the most one worker could do; batched mode claims
-and acks `BATCH` jobs per round trip and is not bound by it.
+ack), so half the PING rate is the most one worker could do; the fused loop
+(`ack_and_claim`: the ack of one job claims the next) costs one, so its ceiling
+is the PING rate itself; batched mode claims and acks `BATCH` jobs per round
+trip and is not bound by it.
 
 Beside each rate is the redis-server's own CPU time per job (from INFO cpu,
 over the system's windows), which separates what a queue costs the server from
-what it costs the client and the round trips.
+what it costs the client and the round trips. From these the report splits a
+job's time (one worker, a serial loop) into its round trips at the PING loop's
+cost, the server's work beyond what as many PINGs cost it, and the client's
+rest; a goal that is SHORT says how the missing microseconds divide.
 
 Where the processes run decides the result on a small machine, so it is
 controlled and reported: each measurement runs with the workers and the
@@ -61,9 +66,12 @@ class Plan:
 
 PLANS = {"full": Plan(rounds=30, window_s=0.15),
          "small": Plan(rounds=12, window_s=0.12)}
-FIRST_FILL = {"reference": 3_000, "reference-batched": 30_000, "rq": 300,
+FIRST_FILL = {"reference": 3_000, "reference-fused": 6_000,
+              "reference-batched": 30_000, "rq": 300,
               "celery": 400, "huey": 1_000, "dramatiq": 400}
 WORKERS = (1, 2)
+# Round trips per job: what bounds each of the queue's loops.
+ROUND_TRIPS = {"reference": 2, "reference-fused": 1, "reference-batched": 2 / BATCH}
 PLACEMENTS = ("together", "apart")
 START_S = 60.0                    # the most a system may take to take its first job
 STOP_S = 2.0                      # the most a paused process may take to stop
@@ -266,8 +274,9 @@ class Turns:
         A slow system's window is stretched to hold about MIN_JOBS jobs, so
         the job that straddles its start or end weighs little.
         """
-        if self.rates:
-            seconds = min(MAX_WINDOW_S, max(seconds, MIN_JOBS / self.rates[-1]))
+        if self.rates:      # a window the scheduler starved (0 jobs): the longest
+            seconds = (min(MAX_WINDOW_S, max(seconds, MIN_JOBS / self.rates[-1]))
+                       if self.rates[-1] > 0 else MAX_WINDOW_S)
         for _ in range(3):
             if self.system:
                 need = max(FIRST_FILL[self.name], 3 * self.last)
@@ -375,7 +384,7 @@ def run(size: str = "full", only: list[str] | None = None, repeat: int = 1,
                                      "server_us_per_job": x.server_us_median,
                                      "vs_ping_half": _vs_ping_half(results, x)}
                         for x in results],
-            "goals": goals(results)}
+            "goals": goals(results), "costs": costs(results)}
 
 
 def _find(results: list[Result], system: str, workers: int,
@@ -400,6 +409,78 @@ def _vs_ping_half(results: list[Result], x: Result) -> float | None:
     else:
         rounds = [v / (p / 2) for v, p in zip(x.rates, ping.rates, strict=True)]
     return summary(rounds, x.repeats)["value"]
+
+
+def _vs_ping(results: list[Result], x: Result) -> list[float]:
+    """x's rate over the PING loop's, round by round, through the reference."""
+    ping = _find(results, "ping", x.workers, x.placement)
+    if x.system == "reference":
+        return [1 / v for v in _vs_ref(ping)]
+    return [v / p for v, p in zip(_vs_ref(x), _vs_ref(ping), strict=True)]
+
+
+def cost(results: list[Result], x: Result) -> dict | None:
+    """Where one job's microseconds go, per worker: round trips, server, client.
+
+    A worker's loop is serial: it waits while its request travels and the
+    server works. So a job takes its round trips at the PING loop's cost, plus
+    the server's CPU beyond what as many PINGs cost it (the scripts), plus
+    what is left: the client building requests and reading replies.
+    """
+    ping = _find(results, "ping", x.workers, x.placement)
+    trips = ROUND_TRIPS.get(x.system)
+    if ping is None or trips is None or not (ping.anchor and x.system == "reference"
+                                             or x.anchor):
+        return None
+    ping_us = 1e6 / ping.per_worker
+    job_us = ping_us / statistics.median(_vs_ping(results, x))
+    rt_us = trips * ping_us
+    script_us = x.server_us_median - trips * ping.server_us_median
+    return {"system": x.system, "workers": x.workers, "placement": x.placement,
+            "round_trips": trips, "job_us": job_us, "round_trip_us": rt_us,
+            "script_us": script_us, "client_us": job_us - rt_us - script_us}
+
+
+def costs(results: list[Result]) -> list[dict]:
+    return [c for x in results if (c := cost(results, x))]
+
+
+COST_PARTS = (("round_trip_us", "round trips", "#2c3e50"),
+              ("script_us", "server scripts", "#e67e22"),
+              ("client_us", "client and the rest", "#95a5a6"))
+
+
+def cost_figure(rows: list[dict]):
+    """Stacked bars: each row's µs per job, split as `cost` splits it."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 0.9 + 0.45 * len(rows)))
+    ax = fig.subplots()
+    names = {"reference": "plain", "reference-fused": "fused",
+             "reference-batched": "batched"}
+    labels = [f"{names.get(c['system'], c['system'])}, {c['placement']}"
+              for c in rows]
+    left = [0.0] * len(rows)
+    for key, name, color in COST_PARTS:
+        widths = [max(0.0, c[key]) for c in rows]
+        ax.barh(labels, widths, left=left, color=color, label=name)
+        left = [a + w for a, w in zip(left, widths, strict=True)]
+    ax.invert_yaxis()
+    ax.set_xlabel("µs per job, one worker")
+    ax.legend(frameon=False, fontsize=8, ncol=3, loc="lower center",
+              bbox_to_anchor=(0.5, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def _shortfall(results: list[Result], x: Result) -> str:
+    """What the microseconds past a goal's round trips are spent on."""
+    c = cost(results, x)
+    if c is None:
+        return ""
+    return (f"{c['job_us'] - c['round_trip_us']:.1f} µs a job past "
+            f"{c['round_trips']:g} round trip(s): server scripts "
+            f"{c['script_us']:.1f}, client and rest {c['client_us']:.1f}")
 
 
 def goals(results: list[Result]) -> list[dict]:
@@ -440,7 +521,13 @@ def _goals(results: list[Result], w: int, pl: str) -> list[dict]:
         got = summary([2 / v for v in _vs_ref(ping)], ping.repeats)
         out.append({"goal": f"reference >= 90% of PING/2 per worker ({at})",
                     "shown": f"{got['value']:.0%}", "met": got["value"] >= 0.9,
-                    **got})
+                    "where": _shortfall(results, ref), **got})
+    fused = _find(results, "reference-fused", w, pl)
+    if ping and ref and fused:
+        got = summary(_vs_ping(results, fused), fused.repeats)
+        out.append({"goal": f"fused >= 90% of PING per worker ({at})",
+                    "shown": f"{got['value']:.0%}", "met": got["value"] >= 0.9,
+                    "where": _shortfall(results, fused), **got})
     rq = _find(results, "rq", w, pl)
     if ref and rq:
         got = summary([1 / v for v in _vs_ref(rq)], rq.repeats)
@@ -495,6 +582,15 @@ def table(report: dict) -> str:
         lines.append(f"{name:<17} skipped: {why}")
     lines += ["", "jobs/s: the median window; middle half: of the windows' rates; "
               "w: workers"]
+    if report.get("costs"):
+        lines += ["", "µs a job, per worker = round trips (at the PING loop's) + "
+                  "server past those PINGs", "  + client and the rest (on a busy "
+                  "machine, waiting for a CPU too)"]
+    for c in report.get("costs", []):
+        lines.append(f"  {c['system']:<17} {c['placement']:<8} {c['workers']:>2}w "
+                     f"{c['job_us']:6.1f} = {c['round_trip_us']:5.1f} + "
+                     f"{c['script_us']:5.1f} + {c['client_us']:5.1f}")
+    lines.append("")
     for g in report["goals"]:
         lines.append(f"{'MET  ' if g['met'] else 'SHORT'} {g['goal']}: {g['shown']}")
         how = f"{g['rounds']} round" + ("s" if g["rounds"] != 1 else "")
@@ -503,6 +599,8 @@ def table(report: dict) -> str:
         if "vs_reference" in g:
             how += f"; {g['vs_reference']['value']:.1f}x the reference beside it"
         lines.append(f"      {how}")
+        if not g["met"] and g.get("where"):
+            lines.append(f"      {g['where']}")
         for got, what in ((g, ""), (g.get("vs_reference", {}), " (vs reference)")):
             if "repeats" in got:
                 each = ", ".join(_num(v) for v in got["repeats"])

@@ -24,6 +24,7 @@ from handson.bench import tasks
 LEASE_S = 60.0
 BATCH = 100
 BATCHED_QUEUE = "qb"
+FUSED_QUEUE = "qf"
 FILL_CHUNK = 10_000             # jobs per fill call (the server is busy meanwhile)
 
 
@@ -49,8 +50,8 @@ def _client() -> redis.Redis:
 
 
 # -- the reference queue ---------------------------------------------------------
-# One worker per job and the batched worker get queues of their own, so both can
-# be loaded at once on one server.
+# One worker per job, the batched worker and the fused worker get queues of
+# their own, so all can be loaded at once on one server.
 
 UNBOUNDED = 10**9
 
@@ -93,6 +94,20 @@ def _ref_work() -> None:
         job_id, _payload, attempt = job
         tasks.noop()
         q.ack(r, job_id, attempt)
+
+
+def _ref_work_fused() -> None:
+    """Busy, each ack claims the next job: one round trip per job."""
+    r = _client()
+    job = None
+    while True:
+        if job is None:
+            job = q.claim(r, LEASE_S, queue=FUSED_QUEUE)
+            if job is None:
+                time.sleep(0.001)
+                continue
+        tasks.noop()
+        _acked, job = q.ack_and_claim(r, job[0], job[2], LEASE_S, queue=FUSED_QUEUE)
 
 
 def _ref_work_batched() -> None:
@@ -195,6 +210,8 @@ def _dramatiq_work() -> None:
 
 SYSTEMS = {s.name: s for s in [
     System("reference", _ref_filler("q"), _ref_counter("q"), _ref_work),
+    System("reference-fused", _ref_filler(FUSED_QUEUE), _ref_counter(FUSED_QUEUE),
+           _ref_work_fused),
     System("reference-batched", _ref_filler(BATCHED_QUEUE),
            _ref_counter(BATCHED_QUEUE), _ref_work_batched, batched=True),
     System("rq", _rq_fill, _rq_remaining, _rq_work, needs="rq"),

@@ -50,6 +50,7 @@ import shlex
 import shutil
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,7 @@ from pathlib import Path
 from handson import produce, redis_server, setup_db, verify
 from handson.faults.server_clock import REPORT_MS, ServerClock
 from handson.queues.contract import ContractError, load_queue
+from handson.worker import CLAIMS
 
 INVARIANTS = {
     "lost": "enqueued, never applied, and not in the DLQ (or in it although "
@@ -101,6 +103,7 @@ class ChaosConfig:
     poison_every: int = 1000
     heartbeat: bool = True
     ack_before_work: bool = False
+    fused: bool = False              # workers ack and claim the next in one call
     drain_timeout_s: float = 120.0   # the whole run's budget; past it: unknown
     pause_every: float = 0.0         # mean seconds between SIGSTOPs; 0 = none
     pause_s: float = 0.0             # how long a pause lasts; 0 = 1.5 leases
@@ -289,8 +292,19 @@ class Report:
                 "deliveries per job:   " + _hist(s["delivery_histogram"]),
                 f"commits never acked:  {s['unacked']['died']} (worker died), "
                 f"{s['unacked']['refused']} (ack refused)",
+                *self._orphans_line(),
                 "", self.replay_note(), f"  {self.replay}"]
         return "\n".join(out)
+
+    def _orphans_line(self) -> list[str]:
+        o = self.stats.get("orphans", {})
+        if not o.get("jobs"):
+            return []
+        return [f"jobs held by killed workers: {o['jobs']} ({o['prefetched']} "
+                f"prefetched); at the kill {o['lease_left_s']:.2f} s of lease left "
+                f"(median, of {self.config.lease_s:g} s); claimed again after "
+                f"{o['median_wait_s']:.2f} s (median), {o['max_wait_s']:.2f} s at "
+                "most"]
 
     def to_json(self) -> str:
         return json.dumps({
@@ -403,6 +417,8 @@ class _Run:
             args.append("--ack-before-work")
         if self.cfg.tx_effect:
             args.append("--tx-effect")
+        if self.cfg.fused:
+            args.append("--fused")
         return args
 
     def _start_slot(self, slot: int) -> None:
@@ -833,7 +849,7 @@ class _Judge:
         self.dead = {str(d[0]): (int(d[1]), str(d[2] or "")) for d in dead}
         self.applied, self.summary = effects
         self.events = _read_events(run.events_dir)
-        self.died_in_claim = sum(e["ev"] == "crash_point" and e.get("call") == "claim"
+        self.died_in_claim = sum(e["ev"] == "crash_point" and e.get("call") in CLAIMS
                                  for e in self.events)
         self.by_job: dict[str, list[dict]] = defaultdict(list)
         for e in self.events:
@@ -863,10 +879,12 @@ class _Judge:
         logs: dict[int, list[tuple[int, str]]] = defaultdict(list)
         for e in self.events:
             logs[e["pid"]].append((e["t"], e["ev"]))
+        # a fused worker's ack claims the next job, so right after a commit too
+        ends = (*_BETWEEN_JOBS, "commit") if self.cfg.fused else _BETWEEN_JOBS
         between = 0
         for t, pid in self.run.kills:
             before = [ev for te, ev in logs.get(pid, []) if te <= t]
-            between += not before or before[-1] in _BETWEEN_JOBS
+            between += not before or before[-1] in ends
         return self.died_in_claim + between
 
     def lost(self) -> list[str]:
@@ -1150,6 +1168,48 @@ class _Judge:
         unacked = commits - acked
         return {"died": len(unacked - refused), "refused": len(unacked & refused)}
 
+    def orphans(self) -> dict:
+        """Jobs a worker held when it was killed: the lease left, the wait.
+
+        The lease left runs from the kill to the end of the last lease the
+        worker was granted (its claim or its last extend, by our clock); until
+        then nobody may have the job. The wait runs from the kill to the job's
+        next claim: that lease, a reap, and the jobs ahead of it once requeued.
+        A fused worker may die holding a job it fetched with its last ack and
+        had barely started (`prefetched`): it costs about a whole lease.
+        """
+        lease_ns = self.cfg.lease_s * 1e9
+        left, waits, prefetched = [], [], 0
+        of_pid = defaultdict(list)
+        for e in self.events:
+            of_pid[e["pid"]].append(e)
+        for t, pid in self.run.kills:
+            held, granted = None, 0
+            for e in of_pid[pid]:
+                if e["t"] > t:
+                    break
+                if e["ev"] == "claim":
+                    held, granted = e, e.get("t0", e["t"])
+                elif held and e.get("job") == held["job"]:
+                    if e["ev"] == "extend":
+                        granted = e.get("t0", e["t"])
+                    elif e["ev"] in _JOB_DONE:
+                        held = None
+            if held is None:
+                continue
+            later = [e["t"] for e in self.by_job[str(held["job"])]
+                     if e["ev"] == "claim" and e["t"] > t]
+            if later:
+                left.append(max(0.0, granted + lease_ns - t) / 1e9)
+                waits.append((min(later) - t) / 1e9)
+                prefetched += held.get("via") == "ack_and_claim"
+        out = {"jobs": len(waits), "prefetched": prefetched}
+        if waits:
+            out |= {"lease_left_s": round(statistics.median(left), 3),
+                    "median_wait_s": round(statistics.median(waits), 3),
+                    "max_wait_s": round(max(waits), 3)}
+        return out
+
     def stats(self, elapsed: float) -> dict:
         idem = self.cfg.idem
         s = self.summary
@@ -1167,6 +1227,7 @@ class _Judge:
             "lost": len(self.lost()),
             "elapsed_s": round(elapsed, 2),
             "unacked": self.unacked_commits(),
+            "orphans": self.orphans(),
             "applied_histogram": {str(k): v for k, v in sorted(applied_h.items())},
             "delivery_histogram": {str(k): v for k, v in sorted(delivery_h.items())},
         }
