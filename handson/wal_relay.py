@@ -61,8 +61,15 @@ def relay_batch(db: Database, r, queue, batch: int = 100, pause=None,
     """Publish the outbox inserts of up to ~batch changes; confirm each
     transaction after its jobs are enqueued. Returns how many were published."""
     ensure_slot(db, slot)
+    upto = db.query("SELECT pg_current_wal_lsn()::text")[0][0]
     rows = db.query("SELECT lsn::text, data FROM pg_logical_slot_peek_changes("
-                    "?, NULL, ?, 'include-xids', '0')", (slot, batch))
+                    "?, ?::pg_lsn, ?, 'include-xids', '0')", (slot, upto, batch))
+    if not rows:
+        # Caught up: nothing committed before `upto` is unpublished, so the
+        # slot may move there (past WAL that held nothing for it, as a
+        # streaming client's keepalive does) and the server can let it go.
+        db.query("SELECT pg_replication_slot_advance(?, ?::pg_lsn)", (slot, upto))
+        return 0
     published = 0
     for lsn, data in rows:
         m = _INSERT.match(data)
