@@ -1,0 +1,133 @@
+"""Assignment pg_claim_finish, graded for real: the solution notebook's module at
+full marks (staged cases and the kill -9 chaos run, sandboxed, on the run's
+PostgreSQL as the learner's role), and each wrong version losing the check that
+names its bug while keeping the others (staged cases only: they are what
+names it)."""
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from autograder import notebook, pg_claim_finish, pg_run, server
+from handson.infra import pg_server
+
+pytestmark = pytest.mark.skipif(pg_server.find_binaries() is None,
+                                reason="no PostgreSQL binaries (initdb, postgres)")
+SOLUTION = notebook.REPO / "solutions" / "pg_claim_finish" / "pg_claim_finish.ipynb"
+STAGED = pg_claim_finish.STAGED
+
+CLAIM = ("ORDER BY queued_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)")
+ACK_IN_TX = """    c = conn()
+    with c.transaction():
+        acked = c.execute(
+            "UPDATE pgq_jobs SET state = 'done', lease_until = NULL WHERE id = %s"
+            " AND attempt = %s AND state = 'inflight' AND NOT failed",
+            (job_id, attempt)).rowcount == 1
+        if not acked:
+            raise psycopg.Rollback
+        apply_effect(c, job_id, attempt, doc_id, score)
+        return True
+    return False
+"""
+WRONG = {
+    # a plain row lock: waits behind a rival's, then finds its row taken
+    "claim_without_skip_locked": (
+        [(CLAIM, "ORDER BY queued_at, id LIMIT 1 FOR UPDATE)")],
+        "claim_skips_locked"),
+    # the effect commits, then the course's ack, refused for a zombie
+    "effect_then_ack": (
+        [(ACK_IN_TX, "    c = conn()\n    with c.transaction():\n"
+                     "        apply_effect(c, job_id, attempt, doc_id, score)\n"
+                     "    return ack(r, job_id, attempt)\n")],
+        "finish_refused_no_effect"),
+    # the ack commits alone, then the effect, which may fail
+    "ack_then_effect": (
+        [(ACK_IN_TX, "    if not ack(r, job_id, attempt):\n        return False\n"
+                     "    apply_effect(conn(), job_id, attempt, doc_id, score)\n"
+                     "    return True\n")],
+        "finish_failed_no_ack"),
+}
+
+
+def solution_module() -> str:
+    nb = json.loads(SOLUTION.read_text())
+    cell = next(c for c in nb["cells"]
+                if c["metadata"].get("nbgrader", {}).get("grade_id") == "mypgq")
+    src = "".join(cell["source"])
+    body = src.split("\n", 1)[1]            # drop the %%writefile line
+    return "\n".join(line for line in body.splitlines()
+                     if "### BEGIN SOLUTION" not in line
+                     and "### END SOLUTION" not in line) + "\n"
+
+
+def _graded(url: str, cluster: str, folder, bug: str | None) -> tuple[list, dict]:
+    """The solution (bug None: with the chaos run) or a wrong version (staged
+    cases only), on a database and learner role of its own."""
+    source = solution_module()
+    for old, new in WRONG[bug][0] if bug else ():
+        assert old in source, f"the solution changed: {old!r} is not in it"
+        source = source.replace(old, new)
+    obs = pg_claim_finish.observe(_write(folder / (bug or "solution"), source),
+                                  url, pg_run.create(cluster), chaos=bug is None)
+    return pg_claim_finish.judge(obs), obs
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Every version graded side by side on one Redis and one cluster: most of
+    a run is waiting (on a lease, a blocked claim, a killed worker's lease)."""
+    folder = tmp_path_factory.mktemp("pg_claim_finish")
+    redis = server.start()
+    try:
+        with pg_server.throwaway_postgres() as cluster, \
+                ThreadPoolExecutor(1 + len(WRONG)) as pool:
+            runs = {bug: pool.submit(_graded, redis.url, cluster, folder, bug)
+                    for bug in (None, *WRONG)}
+            yield {bug: f.result() for bug, f in runs.items()}
+    finally:
+        redis.stop()
+
+
+def _write(folder, source: str) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "mypgq.py"
+    path.write_text(source)
+    return str(path)
+
+
+def test_the_solution_earns_every_point_under_kill_9(graded):
+    out, obs = graded[None]
+    assert [o.name for o in out] == [c.name for c in pg_claim_finish.CHECKS]
+    failed = [f"{o.name}: {o.message} (got {o.got})" for o in out if not o.ok]
+    assert not failed, failed
+    stats = obs["chaos"]["stats"]
+    assert stats["kills"] >= 4 and stats["lost"] == 0
+    assert stats["faults"]["crash_kills"]["after-commit"] >= 3
+    assert stats["rows"] == stats["distinct"] == stats["counter"]
+
+
+@pytest.mark.parametrize("bug", list(WRONG))
+def test_a_wrong_version_loses_the_check_that_names_its_bug(graded, bug):
+    out, _ = graded[bug]
+    loses = WRONG[bug][1]
+    verdict = {o.name: o.ok for o in out}
+    assert verdict == {name: name != loses for name in STAGED}, \
+        [(o.name, o.message, o.got) for o in out]
+    lost = next(o for o in out if o.name == loses)
+    assert ("ONE transaction" if "finish" in loses else "SKIP LOCKED") in lost.message
+
+
+def test_the_course_s_own_claim_and_finish_earn_nothing(tmp_path):
+    """Importing them instead of writing them: refused before anything runs."""
+    from autograder import own_work
+
+    head = solution_module().split("\ndef claim")[0]
+    path = _write(tmp_path / "bad",
+                  head + "from handson.queues.pgq import claim, finish\n")
+    review = own_work.review(path, own_work.POLICIES["pg_claim_finish"], "mypgq.py")
+    assert review.everything and "claim, finish" in review.everything[0]
+    assert set(review.functions) == {"claim", "finish"}
+    assert not own_work.review(_write(tmp_path / "ok", solution_module()),
+                               own_work.POLICIES["pg_claim_finish"],
+                               "mypgq.py").everything
