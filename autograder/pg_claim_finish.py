@@ -203,7 +203,12 @@ def observe(path: str, redis_url: str, db: pg_run.RunDatabase,
         why = (f"did not finish within {STAGED_TIMEOUT_S} s" if fin.timed_out else
                f"ended with exit code {fin.returncode}: {fin.tail(400)}")
         obs["error"] = f"the staged cases' run {why}"
-    if chaos:
+    raised = [f"{n}: {obs[n]['error']}" for n in CASES
+              if "error" in obs.get(n, {"error": "no report"})]
+    if chaos and raised:              # workers would only exit, for minutes
+        obs["chaos_skipped"] = ("skipped: claim and finish must run through the "
+                                f"staged cases first ({raised[0][:300]})")
+    elif chaos:
         env.pop(JUDGE_ENV)
         env["IDEM"] = "0"                   # no dedup key: only the transaction
         try:
@@ -314,7 +319,10 @@ def _chaos(rep: dict | None, by: dict) -> list:
 
 def judge(obs: dict) -> list:
     by = {c.name: c for c in CHECKS}
-    chaos = [] if "chaos" not in obs else _chaos(obs["chaos"], by)
+    if "chaos_skipped" in obs:
+        chaos = [outcome(by[n], False, obs["chaos_skipped"]) for n in CHAOS]
+    else:
+        chaos = [] if "chaos" not in obs else _chaos(obs["chaos"], by)
     return _staged(obs, by) + chaos
 
 

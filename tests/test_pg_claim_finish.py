@@ -50,26 +50,36 @@ WRONG = {
 }
 
 
-def solution_module() -> str:
-    nb = json.loads(SOLUTION.read_text())
+def module_of(path) -> str:
+    """The source of the notebook's `%%writefile mypgq.py` cell."""
+    nb = json.loads(path.read_text())
     cell = next(c for c in nb["cells"]
                 if c["metadata"].get("nbgrader", {}).get("grade_id") == "mypgq")
-    src = "".join(cell["source"])
-    body = src.split("\n", 1)[1]            # drop the %%writefile line
-    return "\n".join(line for line in body.splitlines()
+    return "".join(cell["source"]).split("\n", 1)[1] + "\n"   # no %%writefile
+
+
+def solution_module() -> str:
+    return "\n".join(line for line in module_of(SOLUTION).splitlines()
                      if "### BEGIN SOLUTION" not in line
                      and "### END SOLUTION" not in line) + "\n"
 
 
+def stub_module() -> str:
+    """The released exercise's module, as `make exercises` wrote it."""
+    return module_of(notebook.RELEASE_DIR / "pg_claim_finish" /
+                     "pg_claim_finish.ipynb")
+
+
 def _graded(url: str, cluster: str, folder, bug: str | None) -> tuple[list, dict]:
-    """The solution (bug None: with the chaos run) or a wrong version (staged
-    cases only), on a database and learner role of its own."""
-    source = solution_module()
-    for old, new in WRONG[bug][0] if bug else ():
+    """The solution (bug None) or the stub with the chaos run, or a wrong
+    version (staged cases only), on a database and learner role of its own."""
+    source = stub_module() if bug == "stub" else solution_module()
+    for old, new in WRONG[bug][0] if bug in WRONG else ():
         assert old in source, f"the solution changed: {old!r} is not in it"
         source = source.replace(old, new)
     obs = pg_claim_finish.observe(_write(folder / (bug or "solution"), source),
-                                  url, pg_run.create(cluster), chaos=bug is None)
+                                  url, pg_run.create(cluster),
+                                  chaos=bug not in WRONG)
     return pg_claim_finish.judge(obs), obs
 
 
@@ -81,9 +91,9 @@ def graded(tmp_path_factory):
     redis = server.start()
     try:
         with pg_server.throwaway_postgres() as cluster, \
-                ThreadPoolExecutor(1 + len(WRONG)) as pool:
+                ThreadPoolExecutor(2 + len(WRONG)) as pool:
             runs = {bug: pool.submit(_graded, redis.url, cluster, folder, bug)
-                    for bug in (None, *WRONG)}
+                    for bug in (None, "stub", *WRONG)}
             yield {bug: f.result() for bug, f in runs.items()}
     finally:
         redis.stop()
@@ -116,6 +126,13 @@ def test_a_wrong_version_loses_the_check_that_names_its_bug(graded, bug):
         [(o.name, o.message, o.got) for o in out]
     lost = next(o for o in out if o.name == loses)
     assert ("ONE transaction" if "finish" in loses else "SKIP LOCKED") in lost.message
+
+
+def test_the_stub_scores_zero_without_a_chaos_run(graded):
+    out, obs = graded["stub"]
+    assert not any(o.ok for o in out)
+    assert "chaos" not in obs and "NotImplementedError" in obs["chaos_skipped"]
+    assert all("NotImplementedError" in o.message for o in out)
 
 
 def test_the_course_s_own_claim_and_finish_earn_nothing(tmp_path):
