@@ -12,7 +12,8 @@ needs and nothing else:
   or written by the server, `lo_import`, `ALTER SYSTEM` and untrusted languages
   are refused;
 - not the database's owner and without CREATE or TEMP on it: no schema and no
-  extension of its own (even a trusted one), no temporary tables;
+  extension of its own (even a trusted one), no temporary tables; and no
+  login to any other database of the cluster;
 - owns exactly one schema (its search path) and has no USAGE on any other one:
   the judge's tables live in a schema it cannot reach, and `public` is closed.
 
@@ -65,7 +66,9 @@ def create(cluster_url: str) -> RunDatabase:
                 ident, sql.Literal(password), sql.Literal(CONNECTIONS)))
         c.execute(sql.SQL("ALTER ROLE {} SET temp_file_limit = {}").format(
             ident, sql.Literal(TEMP_FILE_LIMIT)))
-        c.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(ident))
+        for db in (name, "postgres", "template1"):   # its own database only
+            c.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(
+                sql.Identifier(db)))
         c.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(ident, ident))
     admin = _with(cluster_url, "postgres", _password(cluster_url), name)
     with psycopg.connect(admin, autocommit=True) as c:

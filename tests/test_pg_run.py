@@ -84,6 +84,13 @@ def test_superuser_login_needs_the_password(run_db):
         psycopg.connect(wrong, connect_timeout=5)
 
 
+@pytest.mark.parametrize("other", ["postgres", "template1"])
+def test_the_learner_role_reaches_no_other_database(run_db, other):
+    url = urlsplit(run_db.learner_url)._replace(path=f"/{other}").geturl()
+    with pytest.raises(psycopg.OperationalError, match="permission denied"):
+        psycopg.connect(url, connect_timeout=5)
+
+
 def test_the_learner_role_owns_its_schema_and_can_run_a_queue(run_db):
     with psycopg.connect(run_db.learner_url, autocommit=True) as c:
         user, path, sup = c.execute(
