@@ -226,7 +226,7 @@ def _case(obs: dict, name: str) -> tuple[dict | None, str]:
     if data is None:
         return None, obs.get("error", f"{name} did not report")
     if "error" in data:
-        return None, f"{name}: {data['error']}"
+        return None, f"the staged case raised {data['error']}"
     return data, ""
 
 
