@@ -203,8 +203,8 @@ def observe(path: str, redis_url: str, db: pg_run.RunDatabase,
         why = (f"did not finish within {STAGED_TIMEOUT_S} s" if fin.timed_out else
                f"ended with exit code {fin.returncode}: {fin.tail(400)}")
         obs["error"] = f"the staged cases' run {why}"
-    raised = [f"{n}: {obs[n]['error']}" for n in CASES
-              if "error" in obs.get(n, {"error": "no report"})]
+    raised = [f"{n}: {obs.get(n, {}).get('error', 'no report')}" for n in CASES
+              if "error" in obs.get(n, {"error": None})]
     if chaos and raised:              # workers would only exit, for minutes
         obs["chaos_skipped"] = ("skipped: claim and finish must run through the "
                                 f"staged cases first ({raised[0][:300]})")

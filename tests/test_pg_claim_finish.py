@@ -6,6 +6,7 @@ names it)."""
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -70,17 +71,47 @@ def stub_module() -> str:
                      "pg_claim_finish.ipynb")
 
 
-def _graded(url: str, cluster: str, folder, bug: str | None) -> tuple[list, dict]:
-    """The solution (bug None) or the stub with the chaos run, or a wrong
-    version (staged cases only), on a database and learner role of its own."""
-    source = stub_module() if bug == "stub" else solution_module()
+# A module that looks for the judge's way in: which role it runs as, which URLs
+# its environment holds, and whether the superuser logs in without a password.
+HOSTILE = '''
+import os
+
+import psycopg
+
+from handson.queues.pgq import (  # noqa: F401
+    ack, conn, dead, enqueue, extend, fail, reap, reset)
+
+
+def claim(r, lease_s):
+    user = conn().execute("SELECT current_user").fetchone()[0]
+    urls = ",".join(sorted(k for k in os.environ if "URL" in k))
+    sock = os.environ["DATABASE_URL"].split("host=")[1]
+    try:
+        psycopg.connect(f"postgresql://postgres@/postgres?host={sock}",
+                        connect_timeout=5).close()
+        su = "superuser logged in"
+    except psycopg.OperationalError as err:
+        su = "refused" if "password" in str(err) else str(err)[:200]
+    return (f"{user}|{urls}|{su}|{sorted(os.environ.values())}", {}, 1)
+
+
+def finish(r, job_id, attempt, doc_id, score):
+    return False
+'''
+
+
+def _graded(url: str, cluster: str, folder, bug: str | None) -> tuple:
+    """The solution (bug None) or the stub with the chaos run, or a wrong or
+    hostile version (staged cases only), on a database and role of its own."""
+    source = {"stub": stub_module(), "hostile": HOSTILE}.get(bug) or \
+        solution_module()
     for old, new in WRONG[bug][0] if bug in WRONG else ():
         assert old in source, f"the solution changed: {old!r} is not in it"
         source = source.replace(old, new)
+    db = pg_run.create(cluster)
     obs = pg_claim_finish.observe(_write(folder / (bug or "solution"), source),
-                                  url, pg_run.create(cluster),
-                                  chaos=bug not in WRONG)
-    return pg_claim_finish.judge(obs), obs
+                                  url, db, chaos=bug in (None, "stub"))
+    return pg_claim_finish.judge(obs), obs, db
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +122,9 @@ def graded(tmp_path_factory):
     redis = server.start()
     try:
         with pg_server.throwaway_postgres() as cluster, \
-                ThreadPoolExecutor(2 + len(WRONG)) as pool:
+                ThreadPoolExecutor(3 + len(WRONG)) as pool:
             runs = {bug: pool.submit(_graded, redis.url, cluster, folder, bug)
-                    for bug in (None, "stub", *WRONG)}
+                    for bug in (None, "stub", "hostile", *WRONG)}
             yield {bug: f.result() for bug, f in runs.items()}
     finally:
         redis.stop()
@@ -107,7 +138,7 @@ def _write(folder, source: str) -> str:
 
 
 def test_the_solution_earns_every_point_under_kill_9(graded):
-    out, obs = graded[None]
+    out, obs, _ = graded[None]
     assert [o.name for o in out] == [c.name for c in pg_claim_finish.CHECKS]
     failed = [f"{o.name}: {o.message} (got {o.got})" for o in out if not o.ok]
     assert not failed, failed
@@ -119,7 +150,7 @@ def test_the_solution_earns_every_point_under_kill_9(graded):
 
 @pytest.mark.parametrize("bug", list(WRONG))
 def test_a_wrong_version_loses_the_check_that_names_its_bug(graded, bug):
-    out, _ = graded[bug]
+    out, _, _ = graded[bug]
     loses = WRONG[bug][1]
     verdict = {o.name: o.ok for o in out}
     assert verdict == {name: name != loses for name in STAGED}, \
@@ -129,10 +160,22 @@ def test_a_wrong_version_loses_the_check_that_names_its_bug(graded, bug):
 
 
 def test_the_stub_scores_zero_without_a_chaos_run(graded):
-    out, obs = graded["stub"]
+    out, obs, _ = graded["stub"]
     assert not any(o.ok for o in out)
     assert "chaos" not in obs and "NotImplementedError" in obs["chaos_skipped"]
     assert all("NotImplementedError" in o.message for o in out)
+
+
+def test_learner_code_runs_as_its_role_and_never_sees_the_judge_s_url(graded):
+    """The hostile module's claim reports what it found from inside its host."""
+    _, obs, db = graded["hostile"]
+    found = obs["claim_oldest_with_lease"]["claims"][0][0]
+    user, urls, superuser, values = found.split("|", 3)
+    assert user == db.role
+    assert urls == "DATABASE_URL,PGQ_URL,REDIS_URL"
+    assert superuser == "refused"
+    admin_password = urlsplit(db.admin_url).password
+    assert admin_password not in values and db.learner_url in values
 
 
 def test_the_course_s_own_claim_and_finish_earn_nothing(tmp_path):
