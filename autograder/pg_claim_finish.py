@@ -35,6 +35,7 @@ from pathlib import Path
 
 from autograder import pg_run, queue_runs, sandbox
 from autograder.checks import Check, Evaluation, ModuleFile, not_run, outcome
+from handson.infra import pg_server
 
 NAME = "pg_claim_finish"
 MODULE_FILE = "mypgq.py"
@@ -331,8 +332,12 @@ def evaluate_file(path: str, redis_url: str, quick: bool = False,
     if not Path(path).exists():
         return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
                                           f"`%%writefile {shown_path}` cell"))
-    with pg_run.run_database() as db:
-        obs = observe(os.path.abspath(path), redis_url, db, chaos)
+    try:
+        with pg_run.run_database() as db:
+            obs = observe(os.path.abspath(path), redis_url, db, chaos)
+    except pg_server.PostgresUnavailable as err:
+        why = f"no PostgreSQL to grade on: {err}"
+        return Evaluation(not_run(CHECKS, why), [why])
     problems = [obs["error"]] if "error" in obs else []
     return Evaluation(judge(obs), problems)
 

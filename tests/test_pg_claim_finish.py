@@ -191,3 +191,13 @@ def test_the_course_s_own_claim_and_finish_earn_nothing(tmp_path):
     assert not own_work.review(_write(tmp_path / "ok", solution_module()),
                                own_work.POLICIES["pg_claim_finish"],
                                "mypgq.py").everything
+
+
+def test_without_postgresql_every_check_says_why_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(pg_server, "find_binaries", lambda: None)
+    ev = pg_claim_finish.evaluate_file(_write(tmp_path, solution_module()),
+                                       "unix:///nowhere")
+    assert not any(o.ok for o in ev.outcomes)
+    assert ev.problems == [ev.outcomes[0].message]
+    assert "no PostgreSQL to grade on" in ev.problems[0]
+    assert "\n" not in ev.problems[0]
