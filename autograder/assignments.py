@@ -17,6 +17,7 @@ REGISTRY = {
     "heartbeats": "autograder.heartbeats",
     "idempotent_claims": "autograder.idempotent_claims",
     "outbox_relay": "autograder.outbox_relay",
+    "pg_claim_finish": "autograder.pg_claim_finish",
 }
 
 

@@ -1,6 +1,7 @@
 """The trusted launcher that confines one learner process tree, then execs it.
 
     python -m autograder.confine --workdir W [--read PATH]... [--redis-url URL]
+        [--pg-url URL]
         [--mem-mb N] [--pids N] [--disk-mb N] [--env K=V]... [--pass NAME]...
         [--keep-group] [--status F] -- CMD...
 
@@ -11,10 +12,10 @@ Three processes, only the last runs learner code:
   mount, PID, network and IPC namespaces, and waits;
 - the namespace's init (PID 1) builds a file system view that holds only the
   Python installation, system libraries, the explicit read paths (read-only),
-  the run's own Redis socket directory and the work dir (writable); it watches
-  the work dir's size (the disk quota), and when the command ends it lists what
-  is still running (leftovers), then exits, and the kernel kills everything
-  left in the namespace, detached or not;
+  the run's own Redis and PostgreSQL socket directories and the work dir
+  (writable); it watches the work dir's size (the disk quota), and when the
+  command ends it lists what is still running (leftovers), then exits, and the
+  kernel kills everything left in the namespace, detached or not;
 - the learner process drops every capability, restricts itself with Landlock
   (write only in the work dir, no TCP, no signal outside its tree), gets a
   scrubbed environment and rlimits, and execs CMD.
@@ -43,7 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from autograder import landlock
 
@@ -88,6 +89,14 @@ def redis_dir(redis_url: str | None) -> str | None:
     if redis_url and redis_url.startswith("unix://"):
         return os.path.dirname(unquote(urlsplit(redis_url).path))
     return None
+
+
+def pg_dir(pg_url: str | None) -> str | None:
+    """The socket directory of a PostgreSQL URL (`?host=/dir`; TCP: None)."""
+    if not pg_url:
+        return None
+    host = parse_qs(urlsplit(pg_url).query).get("host", [""])[0]
+    return host if host.startswith("/") else None
 
 
 # --- the run's cgroup (v1 memory + pids) --------------------------------------------
@@ -358,6 +367,8 @@ def view_read(opts) -> list[str]:
     paths = SYSTEM_READ + python_paths() + list(opts.read)
     if opts.redis_dir:
         paths.append(opts.redis_dir)
+    if opts.pg_dir:
+        paths.append(opts.pg_dir)
     return [os.path.abspath(p) for p in paths]
 
 
@@ -402,6 +413,8 @@ def become_learner(opts, cmd: list[str], mode: str, report_fd: int) -> None:
                "LANG": os.environ.get("LANG", "C.UTF-8")}
         if opts.redis_url:
             env["REDIS_URL"] = opts.redis_url
+        if opts.pg_url:             # the learner's role, for any client's habit
+            env["DATABASE_URL"] = env["PGQ_URL"] = opts.pg_url
         env.update(kv.split("=", 1) for kv in opts.env)
         env.update((k, os.environ[k]) for k in opts.passenv if k in os.environ)
         os.execvpe(cmd[0], cmd, env)
@@ -438,6 +451,7 @@ def launch(opts, cmd: list[str]) -> int:
     exe = os.path.abspath(cmd[0]) if os.sep in cmd[0] else shutil.which(cmd[0])
     cmd = [exe or cmd[0], *cmd[1:]]
     opts.redis_dir = redis_dir(opts.redis_url)
+    opts.pg_dir = pg_dir(opts.pg_url)
     cgroup = Cgroup(run_id(opts.workdir))
     opts.cgroup = os.geteuid() == 0 and cgroup.setup(opts.mem_mb, opts.pids)
     opts.root = tempfile.mkdtemp(prefix="eo-root-")
@@ -486,6 +500,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", required=True)
     p.add_argument("--read", action="append", default=[])
     p.add_argument("--redis-url")
+    p.add_argument("--pg-url", help="a PostgreSQL URL on a Unix socket: its "
+                   "directory is in the view, the URL in DATABASE_URL and PGQ_URL")
     p.add_argument("--mem-mb", type=int, default=2048)
     p.add_argument("--pids", type=int, default=512)
     p.add_argument("--disk-mb", type=int, default=512)

@@ -63,6 +63,11 @@ POLICIES = {
         own=("claim", "read", "complete", "send_confirmation", "award_points"),
         given={"handson.confirmation_job": ("send_email",)}),
     "outbox_relay": Policy(own=("save_document", "relay_once", "summarize")),
+    "pg_claim_finish": Policy(
+        own=("claim", "finish"),
+        given={"handson.queues.pgq": (
+            "STATE_OUTSIDE_REDIS", "ack", "apply_effect", "conn", "dead", "effects",
+            "enqueue", "extend", "fail", "reap", "redrive", "reset", "stats")}),
 }
 
 

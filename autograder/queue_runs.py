@@ -55,17 +55,18 @@ for name in names:
 
 
 def learner_env(path: str, redis_url: str | None,
-                imports: tuple[str, ...] = ()) -> dict:
+                imports: tuple[str, ...] = (), pg_url: str | None = None) -> dict:
     """The harness's environment: learner code only behind the sandbox prefix.
 
-    `imports`: course files (repo-relative) the assignment lets the module use.
+    `imports`: course files (repo-relative) the assignment lets the module use;
+    `pg_url`: the learner's role on the run's PostgreSQL (`autograder.pg_run`).
     """
     root = Path(remote_module.ROOT)
     reads = (str(Path(path).resolve()), remote_module.HOST,
              *(str(root / f) for f in imports))
     # The work dir from the path as given: a link never moves it elsewhere.
     prefix = sandbox.learner_prefix(os.path.dirname(os.path.abspath(path)),
-                                    redis_url, reads)
+                                    redis_url, reads, pg_url)
     env = dict(os.environ)
     env.pop("REDIS_URL", None)
     if redis_url:
@@ -117,11 +118,13 @@ def contract(path: str, redis_url: str, names: list[str], timeout: float,
 
 
 def chaos(path: str, redis_url: str, args: list[str], timeout: float,
-          imports: tuple[str, ...] = ()) -> dict:
-    """The chaos report as a dict; verdict "unknown" with a reason if none came."""
+          imports: tuple[str, ...] = (), env: dict | None = None) -> dict:
+    """The chaos report as a dict; verdict "unknown" with a reason if none came.
+
+    `env`: the harness's, if not `learner_env(path, redis_url, imports)`."""
     fin = sandbox.run([sys.executable, "-m", "handson.chaos", *args, "--queue", path,
                        "--json"], timeout=timeout,
-                      env=learner_env(path, redis_url, imports))
+                      env=env or learner_env(path, redis_url, imports))
     try:
         start = fin.stdout.index("{")
         report = json.loads(fin.stdout[start:])

@@ -179,12 +179,14 @@ def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
         env: dict | None = None, mem_mb: int = DEFAULT_MEM_MB, confined: bool = False,
         read_paths: tuple[str, ...] = (), redis_url: str | None = None,
         learner_env: dict | None = None, tree_mem_mb: int | None = None,
-        disk_mb: int | None = None) -> Finished:
+        disk_mb: int | None = None, pg_url: str | None = None) -> Finished:
     """Run cmd under a supervisor with a time and memory limit; never hangs.
 
     `confined=True` runs it as learner code: in the sandbox of `autograder.confine`
     with `cwd` as its work dir (required), `read_paths` readable, only the Redis
-    at `redis_url`, and only `learner_env` besides PATH, HOME, TMPDIR and LANG.
+    at `redis_url` (and the PostgreSQL at `pg_url`: give it the learner's role's
+    URL, `autograder.pg_run`), and only `learner_env` besides PATH, HOME, TMPDIR
+    and LANG.
     """
     with tempfile.TemporaryDirectory(prefix="eo-sandbox-") as tmp:
         status_path = os.path.join(tmp, "status.json")
@@ -199,7 +201,7 @@ def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
                 raise ValueError("a confined run needs its work dir as cwd")
             cmd_run = _prefix(cwd, redis_url, read_paths, learner_env or {},
                               status=confine_path, mem_mb=tree_mem_mb or TREE_MEM_MB,
-                              disk_mb=disk_mb or DISK_MB) + list(cmd)
+                              disk_mb=disk_mb or DISK_MB, pg_url=pg_url) + list(cmd)
         else:
             cmd_run = list(cmd)
         start = time.monotonic()
@@ -254,12 +256,14 @@ HOST_ENV = ("QUEUE_MAX", "PYTHONPATH")
 
 def _prefix(workdir, redis_url, read_paths, env: dict, status: str | None = None,
             mem_mb: int | None = None, disk_mb: int | None = None,
-            passenv: tuple[str, ...] = ()) -> list[str]:
+            passenv: tuple[str, ...] = (), pg_url: str | None = None) -> list[str]:
     prefix = [sys.executable, "-m", "autograder.confine", "--workdir", str(workdir),
               "--mem-mb", str(mem_mb or TREE_MEM_MB), "--pids", str(TREE_PIDS),
               "--disk-mb", str(disk_mb or DISK_MB)]
     if redis_url:                   # learner code gets the learner's user only
         prefix += ["--redis-url", learner_url(redis_url)]
+    if pg_url:                      # already the learner's role (pg_run)
+        prefix += ["--pg-url", pg_url]
     for path in read_paths:
         prefix += ["--read", str(path)]
     for key, value in env.items():
@@ -274,7 +278,8 @@ def _prefix(workdir, redis_url, read_paths, env: dict, status: str | None = None
 
 
 def learner_prefix(workdir: str | os.PathLike, redis_url: str | None = None,
-                   read_paths: tuple[str, ...] = ()) -> list[str]:
+                   read_paths: tuple[str, ...] = (), pg_url: str | None = None
+                   ) -> list[str]:
     """The argv prefix that runs one learner process confined to a grading run.
 
     `prefix + [sys.executable, script, ...]` starts a process that may write
@@ -282,9 +287,12 @@ def learner_prefix(workdir: str | os.PathLike, redis_url: str | None = None,
     (the script itself must be among them, or in the work dir), reach only the
     Redis at `redis_url` (also in its environment as REDIS_URL), and shares the
     run's memory, process and disk budget with every other learner process of
-    the run (the same work dir). Call `cleanup(workdir)` when the run is over.
+    the run (the same work dir). `pg_url`: the PostgreSQL it may reach, as the
+    learner's role (also DATABASE_URL and PGQ_URL). Call `cleanup(workdir)` when
+    the run is over.
     """
-    return _prefix(workdir, redis_url, tuple(read_paths), {}, passenv=HOST_ENV)
+    return _prefix(workdir, redis_url, tuple(read_paths), {}, passenv=HOST_ENV,
+                   pg_url=pg_url)
 
 
 def cleanup(workdir: str | os.PathLike) -> list[str]:

@@ -1,11 +1,13 @@
 """A real PostgreSQL for the lab: the user's (DATABASE_URL) or a throwaway one.
 
 The throwaway cluster is made by `initdb` in a temporary directory, listens only
-on a Unix socket there, trusts local connections, and is stopped and deleted
-afterwards. Its `wal_level` is `logical`, so a relay can read committed
-changes from a replication slot (`handson.wal_relay`). PostgreSQL refuses to
-run as root, so under root the directory is handed to the `postgres` user (or
-`nobody`) and the server runs as that user.
+on a Unix socket in a directory of its own there (`sock/`: the only part a
+sandboxed client needs to see), asks every login for its password (SCRAM; the
+superuser's is random, made per cluster, and only in the URL this yields), and
+is stopped and deleted afterwards. Its `wal_level` is `logical`, so a relay
+can read committed changes from a replication slot (`handson.wal_relay`).
+PostgreSQL refuses to run as root, so under root the directory is handed to the
+`postgres` user (or `nobody`) and the server runs as that user.
 
     python -m handson.infra.pg_server      # start one, print its URL, stop on Ctrl-C
 """
@@ -17,12 +19,14 @@ import functools
 import glob
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from urllib.parse import quote
 
 from handson.redis_server import die_with_parent
 
@@ -81,16 +85,27 @@ def throwaway_postgres(timeout_s: float = 60.0) -> Iterator[str]:
         os.chown(home, entry.pw_uid, entry.pw_gid)
         user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
     proc = None
+    sock = os.path.join(home, "sock")
+    password = secrets.token_urlsafe(24)
+    pwfile = os.path.join(home, "pw")
     try:
-        _check([*runner, initdb, "-D", data, "-A", "trust", "-U", "postgres",
-                "--no-sync", "-E", "UTF8"], timeout_s)
+        os.mkdir(sock, 0o755)
+        with open(os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
+                  "w") as f:
+            f.write(password + "\n")
+        if runner:
+            os.chown(sock, entry.pw_uid, entry.pw_gid)
+            os.chown(pwfile, entry.pw_uid, entry.pw_gid)
+        _check([*runner, initdb, "-D", data, "-A", "scram-sha-256", "--pwfile",
+                pwfile, "-U", "postgres", "--no-sync", "-E", "UTF8"], timeout_s)
+        os.unlink(pwfile)
         with open(os.path.join(home, "log"), "wb") as log:
             proc = subprocess.Popen(
-                [postgres, "-D", data, "-k", home, "-c", "listen_addresses=",
+                [postgres, "-D", data, "-k", sock, "-c", "listen_addresses=",
                  "-c", "wal_level=logical", "-F"], stdout=log, stderr=log,
                 stdin=subprocess.DEVNULL, start_new_session=True, cwd=home,
                 preexec_fn=functools.partial(die_with_parent, os.getpid()), **user)
-        url = f"postgresql://postgres@/postgres?host={home}"
+        url = f"postgresql://postgres:{quote(password)}@/postgres?host={sock}"
         _wait_ready(url, proc, home, timeout_s)
         yield url
     finally:

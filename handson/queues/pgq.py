@@ -227,13 +227,19 @@ def finish(r, job_id: str, attempt: int, doc_id, score: float) -> bool:
         if c.execute(f"UPDATE pgq_jobs SET state = 'done', lease_until = NULL "
                      f"WHERE {_MINE}", (job_id, attempt)).rowcount != 1:
             raise psycopg.Rollback          # ends the block, rolled back
-        c.execute("INSERT INTO pgq_scores VALUES (%s, %s, %s)",
-                  (job_id, doc_id, score))
-        c.execute("UPDATE pgq_stats SET n = n + 1")
-        c.execute("INSERT INTO pgq_applied VALUES (%s, %s, %s, %s)",
-                  (job_id, attempt, os.getpid(), time.monotonic_ns()))
+        apply_effect(c, job_id, attempt, doc_id, score)
         return True
     return False
+
+
+def apply_effect(c: psycopg.Connection, job_id: str, attempt: int, doc_id,
+                 score: float) -> None:
+    """The job's effect on connection `c`: the score, the counter and the
+    ledger the chaos engine reads. Atomic only inside the caller's transaction."""
+    c.execute("INSERT INTO pgq_scores VALUES (%s, %s, %s)", (job_id, doc_id, score))
+    c.execute("UPDATE pgq_stats SET n = n + 1")
+    c.execute("INSERT INTO pgq_applied VALUES (%s, %s, %s, %s)",
+              (job_id, attempt, os.getpid(), time.monotonic_ns()))
 
 
 def effects(r=None) -> tuple[list[tuple], dict]:

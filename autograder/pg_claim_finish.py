@@ -1,0 +1,351 @@
+"""Assignment pg_claim_finish: the learner's SKIP LOCKED claim and transactional ack.
+
+The notebook's `%%writefile mypgq.py` cell writes a queue module that takes the
+course's PostgreSQL queue (`handson.queues.pgq`) and replaces two functions:
+
+    claim(r, lease_s) -> (job_id, payload, attempt) | None
+    finish(r, job_id, attempt, doc_id, score) -> bool   # effect + ack, one tx
+
+It is judged by behaviour, on a PostgreSQL of the run's own where the learner's
+code logs in as a role that owns one schema and nothing else
+(`autograder.pg_run`):
+
+- staged cases, one trusted harness (`observe`) calling the module in a host
+  process confined like every learner process: the claim's order and lease; a
+  claim while another transaction holds the oldest pending row's lock (the
+  judge's own, as a rival claimer mid-statement would); `finish` from an
+  attempt whose lease expired and whose job was claimed again (the ack is
+  refused: the effect must not stay); `finish` whose effect the server refuses
+  (the judge adds a CHECK that fails it: the ack must not stay);
+- a chaos run (`handson.chaos --tx-effect`, no dedup key): workers SIGKILLed at
+  random and right after their commit; nothing lost, no effect twice.
+
+The judge reads the learner's tables with the superuser, as the issue accepts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from autograder import pg_run, queue_runs, sandbox
+from autograder.checks import Check, Evaluation, ModuleFile, not_run, outcome
+from handson.infra import pg_server
+
+NAME = "pg_claim_finish"
+MODULE_FILE = "mypgq.py"
+CHECKS = [
+    Check("claim_oldest_with_lease", 1,
+          "claim hands out the oldest pending job, attempt 1, with a server lease"),
+    Check("claim_skips_locked", 3,
+          "a row locked by another transaction: claim takes the next one at once"),
+    Check("finish_refused_no_effect", 2,
+          "a finish whose ack is refused (a zombie) leaves no effect"),
+    Check("finish_failed_no_ack", 2,
+          "a finish whose effect fails leaves the job unacked"),
+    Check("chaos_nothing_lost", 2, "kill -9 chaos: every job's effect applied"),
+    Check("chaos_effect_once", 2,
+          "kill -9 chaos, no dedup key: no effect applied twice"),
+]
+STAGED = [c.name for c in CHECKS[:4]]
+CHAOS = {"chaos_nothing_lost": ("lost",),
+         "chaos_effect_once": ("applied_twice", "unexpected")}
+NOTEBOOK_TIMEOUT_S = 120
+STAGED_TIMEOUT_S = 90
+CHAOS_TIMEOUT_S = 150
+BLOCKED_S = 3.0                     # a claim still waiting after this is blocked
+JUDGE_ENV = "EO_JUDGE_PG_URL"       # the harness's, never a learner process's
+ONE_TX = ("run the effect's INSERT and the ack's UPDATE in ONE transaction "
+          "(`with c.transaction():`), and raise or roll back when the ack "
+          "matches no row")
+
+
+def chaos_args(seed: int = 1) -> list[str]:
+    """Three workers, a SIGKILL every ~0.6 s and at least three right after a
+    commit; the effect in the ack's transaction, no dedup key."""
+    return ["3", "--docs", "60", "--seed", str(seed), "--kill-every", "0.6",
+            "--min-kills", "4", "--iters", "2000", "--lease-s", "1.0",
+            "--crash-point", "after-commit", "--crash-p", "0.1",
+            "--min-crash-kills", "3", "--tx-effect", "--quota-cap-s", "90",
+            "--drain-timeout-s", "120"]
+
+
+# --- the harness (trusted; runs the learner's functions in confined hosts) --------
+
+def _claim_oldest(q, judge) -> dict:
+    for i in (1, 2, 3):
+        q.enqueue(None, {"doc_id": i}, f"j{i}")
+    claims = [q.claim(None, 30.0) for _ in range(4)]
+    lease = judge.execute("SELECT extract(epoch FROM lease_until - "
+                          "clock_timestamp()) FROM pgq_jobs WHERE id = 'j1'"
+                          ).fetchone()[0]
+    return {"claims": [list(c) if c else None for c in claims],
+            "lease_left_s": None if lease is None else float(lease)}
+
+
+def _skip_locked(q, judge) -> dict:
+    q.enqueue(None, {"doc_id": 1}, "j1")
+    q.enqueue(None, {"doc_id": 2}, "j2")
+    got: dict = {}
+
+    def claim() -> None:
+        try:
+            got["claim"] = q.claim(None, 30.0)
+        except Exception as err:            # noqa: BLE001 - reported
+            got["error"] = f"{type(err).__name__}: {err}"
+
+    with judge.transaction():
+        judge.execute("SELECT 1 FROM pgq_jobs WHERE id = 'j1' FOR UPDATE")
+        t = threading.Thread(target=claim, daemon=True)
+        start = time.monotonic()
+        t.start()
+        t.join(BLOCKED_S)
+        waited = time.monotonic() - start
+        blocked = t.is_alive()
+    t.join(60)
+    if "error" in got:
+        return {"error": got["error"]}
+    c = got.get("claim")
+    return {"blocked": blocked, "waited_s": round(waited, 2),
+            "got": c[0] if c else None}
+
+
+def _scores(judge, job: str) -> int:
+    return judge.execute("SELECT count(*) FROM pgq_scores WHERE job_id = %s",
+                         (job,)).fetchone()[0]
+
+
+def _state(judge, job: str) -> str:
+    return judge.execute("SELECT state FROM pgq_jobs WHERE id = %s",
+                         (job,)).fetchone()[0]
+
+
+def _zombie(q, judge) -> dict:
+    q.enqueue(None, {"doc_id": 1}, "j1")
+    old = q.claim(None, 0.3)
+    time.sleep(0.6)
+    q.reap(None)
+    new = q.claim(None, 30.0)
+    if not old or not new:
+        return {"error": f"claims returned {old!r} then {new!r} for one job"}
+    zombie = q.finish(None, "j1", old[2], 1, 0.5)
+    after = _scores(judge, "j1")
+    owner = q.finish(None, "j1", new[2], 1, 0.5)
+    return {"zombie": zombie, "scores_after_zombie": after, "owner": owner,
+            "scores": _scores(judge, "j1"), "state": _state(judge, "j1")}
+
+
+def _effect_fails(q, judge) -> dict:
+    q.enqueue(None, {"doc_id": 1}, "j1")
+    job = q.claim(None, 30.0)
+    if not job:
+        return {"error": "claim returned None with one job pending"}
+    judge.execute("ALTER TABLE pgq_scores ADD CONSTRAINT judge_refuses "
+                  "CHECK (job_id <> 'j1')")
+    try:
+        returned = repr(q.finish(None, "j1", job[2], 1, 0.5))
+    except Exception as err:                # noqa: BLE001 - what we want
+        returned = f"raised {type(err).__name__}"
+    state = _state(judge, "j1")
+    judge.execute("ALTER TABLE pgq_scores DROP CONSTRAINT judge_refuses")
+    return {"returned": returned, "state": state}
+
+
+CASES = {"claim_oldest_with_lease": _claim_oldest,
+         "claim_skips_locked": _skip_locked,
+         "finish_refused_no_effect": _zombie,
+         "finish_failed_no_ack": _effect_fails}
+
+
+def harness(path: str, schema: str) -> None:
+    """Each staged case from fresh tables; one JSON line per case."""
+    import psycopg
+
+    from handson.queues.contract import load_queue
+
+    q = load_queue(path)
+    with psycopg.connect(os.environ[JUDGE_ENV], autocommit=True) as judge:
+        judge.execute(f'SET search_path = "{schema}"')
+        for name, case in CASES.items():
+            try:
+                q.reset(None)
+                data = case(q, judge)
+            except Exception as err:            # noqa: BLE001 - reported
+                data = {"error": f"{type(err).__name__}: {err}"[:600]}
+            print(json.dumps({name: data}), flush=True)
+
+
+# --- observing (in the sandbox) -------------------------------------------------
+
+def observe(path: str, redis_url: str, db: pg_run.RunDatabase,
+            chaos: bool = True) -> dict:
+    """The staged cases and the chaos run on the learner's module, as data."""
+    env = queue_runs.learner_env(path, redis_url, queue_runs.kernel_imports(),
+                                 db.learner_url)
+    env[JUDGE_ENV] = db.admin_url
+    workdir = Path(path).parent
+    try:
+        fin = sandbox.run([sys.executable, "-m", __name__, path, db.role],
+                          timeout=STAGED_TIMEOUT_S, env=env)
+    finally:
+        sandbox.cleanup(workdir)
+    obs: dict = {}
+    for line in fin.stdout.splitlines():
+        with contextlib.suppress(ValueError):
+            data = json.loads(line)
+            if isinstance(data, dict):
+                obs.update(data)
+    if len(obs) < len(CASES):
+        why = (f"did not finish within {STAGED_TIMEOUT_S} s" if fin.timed_out else
+               f"ended with exit code {fin.returncode}: {fin.tail(400)}")
+        obs["error"] = f"the staged cases' run {why}"
+    raised = [f"{n}: {obs.get(n, {}).get('error', 'no report')}" for n in CASES
+              if "error" in obs.get(n, {"error": None})]
+    if chaos and raised:              # workers would only exit, for minutes
+        obs["chaos_skipped"] = ("skipped: claim and finish must run through the "
+                                f"staged cases first ({raised[0][:300]})")
+    elif chaos:
+        env.pop(JUDGE_ENV)
+        env["IDEM"] = "0"                   # no dedup key: only the transaction
+        try:
+            obs["chaos"] = queue_runs.chaos(path, redis_url, chaos_args(),
+                                            CHAOS_TIMEOUT_S, env=env)
+        finally:
+            sandbox.cleanup(workdir)
+    return obs
+
+
+# --- judging (pure) -------------------------------------------------------------
+
+def _case(obs: dict, name: str) -> tuple[dict | None, str]:
+    data = obs.get(name)
+    if data is None:
+        return None, obs.get("error", f"{name} did not report")
+    if "error" in data:
+        return None, f"the staged case raised {data['error']}"
+    return data, ""
+
+
+def _staged(obs: dict, by: dict) -> list:
+    out = []
+    d, err = _case(obs, "claim_oldest_with_lease")
+    c = by["claim_oldest_with_lease"]
+    if d is None:
+        out.append(outcome(c, False, err))
+    else:
+        got = [x[0] if x else None for x in d["claims"]]
+        ok = (got == ["j1", "j2", "j3", None]
+              and all(x[2] == 1 and x[1] == {"doc_id": i + 1}
+                      for i, x in enumerate(d["claims"][:3]))
+              and d["lease_left_s"] is not None and 20 < d["lease_left_s"] <= 30)
+        out.append(outcome(
+            c, ok, "claim the oldest pending row (ORDER BY queued_at, id), bump "
+            "its attempt, set lease_until = clock_timestamp() + the lease, and "
+            "return (id, payload, attempt); None when nothing is pending",
+            "j1, j2, j3 at attempt 1, then None; j1's lease about 30 s",
+            f"{d['claims']}; j1's lease {d['lease_left_s']} s"))
+    d, err = _case(obs, "claim_skips_locked")
+    c = by["claim_skips_locked"]
+    if d is None:
+        out.append(outcome(c, False, err))
+    else:
+        out.append(outcome(
+            c, not d["blocked"] and d["got"] == "j2",
+            "select the row to claim with FOR UPDATE SKIP LOCKED: a claimer must "
+            "never wait behind (or give up because of) a row another transaction "
+            "holds",
+            "j2 at once (j1 locked by another transaction)",
+            (f"still waiting after {BLOCKED_S:g} s, then {d['got']!r}")
+            if d["blocked"] else f"{d['got']!r} after {d['waited_s']} s"))
+    d, err = _case(obs, "finish_refused_no_effect")
+    c = by["finish_refused_no_effect"]
+    if d is None:
+        out.append(outcome(c, False, err))
+    else:
+        out.append(outcome(
+            c, d["zombie"] is False and d["scores_after_zombie"] == 0
+            and d["owner"] is True and d["scores"] == 1 and d["state"] == "done",
+            ONE_TX + ": the expired attempt's ack is refused, so its effect must "
+            "roll back with it",
+            "zombie's finish False with 0 scores; the owner's True, 1 score",
+            f"zombie's finish {d['zombie']!r} with {d['scores_after_zombie']} "
+            f"score(s); the owner's {d['owner']!r}, {d['scores']} score(s), "
+            f"job {d['state']}"))
+    d, err = _case(obs, "finish_failed_no_ack")
+    c = by["finish_failed_no_ack"]
+    if d is None:
+        out.append(outcome(c, False, err))
+    else:
+        out.append(outcome(
+            c, d["state"] == "inflight",
+            ONE_TX + ": when the effect fails, the ack must roll back with it, or "
+            "the job is done with no effect (lost)",
+            "the job still in flight (its lease will bring it back)",
+            f"finish {d['returned']}, the job {d['state']}"))
+    return out
+
+
+def _chaos(rep: dict | None, by: dict) -> list:
+    out = []
+    for name, invariants in CHAOS.items():
+        c = by[name]
+        if rep is None:
+            out.append(outcome(c, False, "the chaos run did not run"))
+            continue
+        broken = [i for i in invariants
+                  if rep.get("invariants", {}).get(i, {}).get("ok") is False]
+        unjudged = (rep.get("verdict") == "unknown"
+                    or rep.get("stats", {}).get("quota_short"))
+        if broken:
+            data = rep["invariants"][broken[0]]
+            out.append(outcome(
+                c, False, f"invariant {broken[0]} broken (chaos seed "
+                f"{rep.get('seed')}): " + ONE_TX, "0 jobs",
+                f"{data.get('count', '?')} jobs",
+                list(data.get("witnesses", []))[:3], rep.get("replay", "")))
+        elif unjudged or not all(rep.get("invariants", {}).get(i, {}).get("ok")
+                                 for i in invariants):
+            out.append(outcome(c, False, "the chaos run's verdict is unknown, so it "
+                               "could not judge this (never a pass): "
+                               f"{rep.get('reason') or 'its quota was not met'}"))
+        else:
+            out.append(outcome(c, True, c.title))
+    return out
+
+
+def judge(obs: dict) -> list:
+    by = {c.name: c for c in CHECKS}
+    if "chaos_skipped" in obs:
+        chaos = [outcome(by[n], False, obs["chaos_skipped"]) for n in CHAOS]
+    else:
+        chaos = [] if "chaos" not in obs else _chaos(obs["chaos"], by)
+    return _staged(obs, by) + chaos
+
+
+def evaluate_file(path: str, redis_url: str, quick: bool = False,
+                  shown_path: str = MODULE_FILE, chaos: bool = True) -> Evaluation:
+    if not Path(path).exists():
+        return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
+                                          f"`%%writefile {shown_path}` cell"))
+    try:
+        with pg_run.run_database() as db:
+            obs = observe(os.path.abspath(path), redis_url, db, chaos)
+    except pg_server.PostgresUnavailable as err:
+        why = f"no PostgreSQL to grade on: {err}"
+        return Evaluation(not_run(CHECKS, why), [why])
+    problems = [obs["error"]] if "error" in obs else []
+    return Evaluation(judge(obs), problems)
+
+
+# --- the grader side and the notebook side --------------------------------
+
+CELLS = ModuleFile(NAME, MODULE_FILE, evaluate_file)
+evaluate, check, check_all = CELLS.evaluate, CELLS.check, CELLS.check_all
+
+if __name__ == "__main__":
+    harness(sys.argv[1], sys.argv[2])
