@@ -25,6 +25,7 @@ CAUGHT_BY = {
     "claim_watch_gives_up": "interleavings",
     "reap_not_atomic": "interleavings",
     "reap_two_trips": "killed_between_replies",
+    "enqueue_two_trips": "killed_between_replies",
     "attempts_second_trip": "killed_between_replies",
     "claim_two_trips": "killed_between_replies",
     "lease_whole_seconds": "lease_time_scales",
