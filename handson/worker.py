@@ -35,6 +35,8 @@ CRASH_POINTS = {
     "after-claim": "right after claim returns, before any work",
     "mid-call": "after any Redis reply inside a contract call, before it returns",
     "mid-claim": "after a Redis reply inside claim(), before it returns",
+    "mid-reap": "between two round trips of reap(): after a Redis reply, as it "
+                "sends the next request (a reap that makes one has no such point)",
     "after-commit": "after the score is committed, before the ack",
     "during-heartbeat": "in the heartbeat thread, right after an extend",
     "on-poison": "a poison document crashes the worker instead of raising",
@@ -95,7 +97,7 @@ class Crashes:
         self.events = events
         self.call = threading.local()   # the contract call this thread is inside
         self.remote = None              # the queue's host, when it is behind a pipe
-        if self.points & {"mid-call", "mid-claim"}:
+        if self.points & {"mid-call", "mid-claim", "mid-reap"}:
             self._hook_replies()
 
     def maybe(self, point: str, **fields) -> None:
@@ -117,23 +119,49 @@ class Crashes:
                 crashes.maybe("mid-call", call=name)
             if name == "claim":
                 crashes.maybe("mid-claim", call=name)
+            if name == "reap" and not getattr(crashes.call, "connecting", False):
+                crashes.call.replies = getattr(crashes.call, "replies", 0) + 1
             return reply
 
+        send, connect = (AbstractConnection.send_packed_command,
+                         AbstractConnection.connect)
+
+        def send_packed_command(conn, *args, **kwargs):
+            if (getattr(crashes.call, "name", None) == "reap"
+                    and not getattr(crashes.call, "connecting", False)
+                    and getattr(crashes.call, "replies", 0)):
+                crashes.maybe("mid-reap", call="reap")
+            return send(conn, *args, **kwargs)
+
+        def connecting(conn, *args, **kwargs):
+            """A new connection's handshake is no round trip of the call."""
+            crashes.call.connecting = True
+            try:
+                return connect(conn, *args, **kwargs)
+            finally:
+                crashes.call.connecting = False
+
         AbstractConnection.read_response = read_response
+        AbstractConnection.send_packed_command = send_packed_command
+        AbstractConnection.connect = connecting
 
     def _armed(self, name: str) -> str | None:
         """The crash point, if any, that kills the queue's host in this call."""
-        for point in ("mid-call", "mid-claim"):
-            if (point in self.points and (point == "mid-call" or name == "claim")
+        for point, only in (("mid-call", None), ("mid-claim", "claim"),
+                            ("mid-reap", "reap")):
+            if (point in self.points and only in (None, name)
                     and self.rng.random() < self.p_at[point]):
                 return point
         return None
 
     def inside(self, name: str, fn, *args):
         """Call a contract function, marking it for the mid-call crash points."""
-        self.call.name = name
+        self.call.name, self.call.replies = name, 0
         armed = self._armed(name) if self.remote is not None else None
-        if armed:    # the learner's host dies after one of the call's Redis replies
+        if armed == "mid-reap":   # as it sends a request after reply k, if it does
+            self.remote.arm_crash_between(self.rng.randint(
+                1, max(1, self.remote.replies(name) - 1)))
+        elif armed:  # the learner's host dies after one of the call's Redis replies
             self.remote.arm_crash(self.rng.randint(1, self.remote.replies(name)))
         try:
             return fn(*args)

@@ -61,6 +61,7 @@ from pathlib import Path
 
 from handson import produce, redis_server, setup_db, verify
 from handson.faults.server_clock import REPORT_MS, ServerClock
+from handson.infra.learner_module import SKEW_ENV
 from handson.queues.contract import ContractError, load_queue
 
 INVARIANTS = {
@@ -105,6 +106,13 @@ class ChaosConfig:
     pause_every: float = 0.0         # mean seconds between SIGSTOPs; 0 = none
     pause_s: float = 0.0             # how long a pause lasts; 0 = 1.5 leases
     reapers: int = 0                 # extra processes that only call reap()
+    # Every role faulted: the extra reapers get the run's crash points (mid-call,
+    # mid-reap: killed between the Redis replies of their reap) and are among
+    # the victims of the random kills, restarted like workers; and their wall
+    # clocks can be set off, so a reap that trusts its own clock takes leases
+    # that the server's clock says still run.
+    fault_reapers: bool = False
+    reaper_skew_s: float = 0.0
     kill_until: float = 0.9          # chaos stops once this fraction is done
     kill_phase_s: float = 0.0        # ... or after this many seconds (0: no cap)
     # The fault quota. While any part of it is unmet the chaos goes on, and more
@@ -146,6 +154,8 @@ class ChaosConfig:
             raise ValueError("min_kills needs kill_every or kill_every_claims")
         if self.min_pauses and not (self.pause_every or self.pause_every_claims):
             raise ValueError("min_pauses needs pause_every or pause_every_claims")
+        if (self.fault_reapers or self.reaper_skew_s) and not self.reapers:
+            raise ValueError("fault_reapers and reaper_skew_s need reapers")
         if self.min_zombies and not (self.zombie_pauses and (
                 self.pause_every or self.pause_every_claims)):
             raise ValueError("min_zombies needs zombie_pauses and a pause schedule")
@@ -250,6 +260,10 @@ class Report:
         if "raced_reaps" in f:
             parts.append(f"leases reaped by {self.config.reapers} racing reapers "
                          f"{f['raced_reaps']}")
+        if "reaper_kills" in f:
+            parts.append(f"reapers killed {f['reaper_kills']}")
+        if self.config.reaper_skew_s:
+            parts.append(f"reapers' clocks {self.config.reaper_skew_s:+g} s off")
         if "zombies" in f:
             parts.append(one("zombies (answered while a new claim was held)",
                              "zombies", f["zombies"]))
@@ -350,6 +364,8 @@ class _Run:
         self.crash_rng = random.Random(f"crash-{cfg.seed}")
         self.procs: list[subprocess.Popen | None] = [None] * cfg.workers
         self.reapers: list[subprocess.Popen] = []
+        self.reaper_pids: set[int] = set()          # every reaper ever started
+        self.reaper_kills = 0                       # beside the workers' kills
         self.started: list[subprocess.Popen] = []
         self.kills: list[tuple[int, int]] = []       # (t_ns, pid)
         self.pauses: list[tuple[int, int, float]] = []  # (t_ns, pid, seconds)
@@ -371,12 +387,15 @@ class _Run:
         self.server_clock = ServerClock()
 
     # ---- processes -------------------------------------------------------
-    def _spawn(self, args: list[str], chaos: bool) -> subprocess.Popen:
+    def _spawn(self, args: list[str], chaos: bool, skew: float = 0.0
+               ) -> subprocess.Popen:
         cfg = self.cfg
         env = dict(os.environ, REDIS_URL=self.url, IDEM="1" if cfg.idem else "0",
                    ACK_DELAY=str(cfg.ack_delay), ITERS=str(cfg.iters))
-        for k in ("CRASH_POINT", "CRASH_P", "CRASH_SEED"):
+        for k in ("CRASH_POINT", "CRASH_P", "CRASH_SEED", SKEW_ENV):
             env.pop(k, None)
+        if skew:
+            env[SKEW_ENV] = repr(skew)
         if chaos and cfg.crashing:
             env.update(CRASH_POINT=",".join(cfg.crash_points), CRASH_P=str(cfg.crash_p),
                        CRASH_SEED=str(self.crash_rng.randrange(2**31)))
@@ -402,6 +421,25 @@ class _Run:
 
     def _start_slot(self, slot: int) -> None:
         self.procs[slot] = self._spawn(self._worker_args(), self.phase == "chaos")
+
+    def _start_reaper(self, i: int) -> None:
+        cfg = self.cfg
+        p = self._spawn(["--reap-only"], cfg.fault_reapers and self.phase == "chaos",
+                        cfg.reaper_skew_s)
+        self.reaper_pids.add(p.pid)
+        if i < len(self.reapers):
+            self.reapers[i] = p
+        else:
+            self.reapers.append(p)
+
+    def _kill_reaper(self, i: int) -> None:
+        """A reaper dies like a worker (anywhere in its loop) and is restarted."""
+        p = self.reapers[i]
+        self.reaper_kills += 1
+        self.schedule.append((self.tally.claims, "kill reaper", i, self.due))
+        self._signal(p, signal.SIGKILL)
+        p.wait(timeout=10)
+        self._start_reaper(i)
 
     @staticmethod
     def _signal(p: subprocess.Popen, sig: int) -> None:
@@ -626,8 +664,8 @@ class _Run:
         idset = set(ids)
         for slot in range(cfg.workers):
             self._start_slot(slot)
-        self.reapers = [self._spawn(["--reap-only"], False)
-                        for _ in range(cfg.reapers)]
+        for i in range(cfg.reapers):
+            self._start_reaper(i)
         t0 = time.monotonic()
         self._wait_ready(t0 + 30)
         t_chaos = time.monotonic()      # the schedule starts once workers are up
@@ -663,6 +701,9 @@ class _Run:
                     if rc != -signal.SIGKILL:
                         self.abnormal += 1
                     self._start_slot(slot)
+            for i, p in enumerate(self.reapers):
+                if p.poll() is not None:        # a crash point inside its reap
+                    self._start_reaper(i)
             if self.abnormal >= max(3, 2 * cfg.workers) and done == 0:
                 raise _Aborted("workers keep exiting on their own; their log "
                                f"ends with:\n{self._log_tail()}")
@@ -670,6 +711,11 @@ class _Run:
                 if due["kill"] is not None and clock("kill", now) >= due["kill"]:
                     self.due = round(due["kill"], 3)
                     self._kill_slot(self._victim(self.kill_rng, busy=False))
+                    # and every `workers` kills one reaper too, in turn (no
+                    # dice drawn: the workers' schedule stays the seed's)
+                    n = len(self.kills)
+                    if cfg.fault_reapers and n % cfg.workers == 0:
+                        self._kill_reaper(n // cfg.workers % cfg.reapers)
                     due["kill"] += gap(mean["kill"], rngs["kill"])
                 if (due["pause"] is not None and clock("pause", now) >= due["pause"]
                         and not 0 < cfg.max_pauses <= len(self.pauses)):
@@ -1150,7 +1196,7 @@ class _Judge:
             "kills": len(self.run.kills),
             "crash_kills": sum(e["ev"] == "crash_point" for e in self.events),
             "pauses": len(self.run.pauses),
-            "workers_started": len(self.run.started) - len(self.run.reapers),
+            "workers_started": len(self.run.started) - len(self.run.reaper_pids),
             "rows": s["rows"] if idem else s["naive_rows"],
             "distinct": s["rows"] if idem else s["naive_distinct"],
             "counter": s["counter"],
@@ -1264,8 +1310,10 @@ def _fault_stats(run_: _Run, elapsed: float, enqueued: int) -> dict:
     if run_.cfg.zombie_pauses:
         faults["zombies"] = run_.zombies_made
     if run_.cfg.reapers:           # leases taken back by the racing reapers
-        faults["raced_reaps"] = sum(run_.tally.reaped_by[p.pid]
-                                    for p in run_.reapers)
+        faults["raced_reaps"] = sum(run_.tally.reaped_by[pid]
+                                    for pid in run_.reaper_pids)
+    if run_.cfg.fault_reapers:
+        faults["reaper_kills"] = run_.reaper_kills
     return {"faults": faults,
             "quota": run_.cfg.quota, "quota_short": {
                 k: {"injected": g, "wanted": w}

@@ -405,6 +405,10 @@ def _crash_after_replies() -> None:
     lies about its replies, only makes its chaos run fall short of its fault
     quota: unknown, no pass.
 
+    Or `crash_between_reply: k`: the host SIGKILLs itself when the call, having
+    read at least k replies, sends its next request: it dies between two round
+    trips, and a call that makes no more after reply k goes on.
+
     Or `pause_after_reply: k`: right after the k-th reply the host calls back
     the caller's object 0 (see Callbacks) and waits for its answer, so the
     harness runs a rival call while this one is stopped between round trips
@@ -421,6 +425,24 @@ def _patch_read_response() -> None:
     from redis.connection import AbstractConnection
 
     original = AbstractConnection.read_response
+    send, connect = AbstractConnection.send_packed_command, AbstractConnection.connect
+
+    def send_packed_command(conn, *args, **kwargs):
+        between = getattr(_ARMED, "between", None)
+        if (between and not getattr(_ARMED, "connecting", False)
+                and _ARMED.replies - _ARMED.handshake >= between):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return send(conn, *args, **kwargs)
+
+    def connecting(conn, *args, **kwargs):
+        """A new connection's handshake is no round trip of the call."""
+        before, _ARMED.connecting = getattr(_ARMED, "replies", 0), True
+        try:
+            return connect(conn, *args, **kwargs)
+        finally:
+            _ARMED.connecting = False
+            _ARMED.handshake = (getattr(_ARMED, "handshake", 0)
+                                + getattr(_ARMED, "replies", 0) - before)
 
     def read_response(conn, *args, **kwargs):
         reply = original(conn, *args, **kwargs)
@@ -439,6 +461,8 @@ def _patch_read_response() -> None:
         return reply
 
     AbstractConnection.read_response = read_response
+    AbstractConnection.send_packed_command = send_packed_command
+    AbstractConnection.connect = connecting
 
 
 def serve(module, inbox, outbox) -> None:
@@ -458,9 +482,10 @@ def serve(module, inbox, outbox) -> None:
         notes: list = []
         _REQUEST.id = req["id"]
         if (req.get("crash_after_reply") or req.get("pause_after_reply")
-                or req.get("redis")):
+                or req.get("crash_between_reply") or req.get("redis")):
             _crash_after_replies()
         _ARMED.after, _ARMED.replies = req.get("crash_after_reply"), 0
+        _ARMED.between, _ARMED.handshake = req.get("crash_between_reply"), 0
         _ARMED.pause = req.get("pause_after_reply")
         try:
             args = decode(req.get("args", []), module, notes)
@@ -476,13 +501,13 @@ def serve(module, inbox, outbox) -> None:
                         socket_connect_timeout=5)
                 args = [clients[key], *args]
             value = getattr(module, req["fn"])(*args, **kwargs)
-            _ARMED.after = _ARMED.pause = None
+            _ARMED.after = _ARMED.pause = _ARMED.between = None
             answer = {"id": req["id"], "ok": encode(value), "notes": notes}
             if _PATCHED:
                 answer["replies"] = _ARMED.replies
             reply(answer)
         except BaseException as err:
-            _ARMED.after = _ARMED.pause = None
+            _ARMED.after = _ARMED.pause = _ARMED.between = None
             reply({"id": req["id"], "notes": notes,
                    "error": {"type": type(err).__name__, "message": str(err)}})
 
