@@ -89,7 +89,7 @@ class Graded:
         else:
             verdict = "LOST " + "; ".join(f"{f['name']}: {f['got']}"
                                           for f in self.failed)
-        return f"{kind:<8}{self.name:<26}{verdict}  ({self.seconds:.0f} s)"
+        return f"{kind:<8}{self.name:<34} {verdict}  ({self.seconds:.0f} s)"
 
 
 def kind_of(folder: Path) -> str:
