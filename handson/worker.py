@@ -28,7 +28,7 @@ import time
 import redis
 
 from handson import redis_server, setup_db, sink, work
-from handson.infra import remote_module
+from handson.infra import learner_host, remote_module
 from handson.queues.contract import ContractError, load_queue
 
 CRASH_POINTS = {
@@ -119,22 +119,26 @@ class Crashes:
                 crashes.maybe("mid-call", call=name)
             if name == "claim":
                 crashes.maybe("mid-claim", call=name)
-            if name == "reap" and not getattr(crashes.call, "connecting", False):
+            if name == "reap" and not (getattr(crashes.call, "connecting", False)
+                                       or getattr(crashes.call, "loading", False)):
                 crashes.call.replies = getattr(crashes.call, "replies", 0) + 1
+            crashes.call.loading = False
             return reply
 
         send, connect = (AbstractConnection.send_packed_command,
                          AbstractConnection.connect)
 
-        def send_packed_command(conn, *args, **kwargs):
+        def send_packed_command(conn, command, *args, **kwargs):
             if (getattr(crashes.call, "name", None) == "reap"
                     and not getattr(crashes.call, "connecting", False)
                     and getattr(crashes.call, "replies", 0)):
                 crashes.maybe("mid-reap", call="reap")
-            return send(conn, *args, **kwargs)
+            crashes.call.loading = learner_host.loads_script(command)
+            return send(conn, command, *args, **kwargs)
 
         def connecting(conn, *args, **kwargs):
-            """A new connection's handshake is no round trip of the call."""
+            """A new connection's handshake (and a script's reload, above) is
+            no round trip of the call's own."""
             crashes.call.connecting = True
             try:
                 return connect(conn, *args, **kwargs)

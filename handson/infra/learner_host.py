@@ -421,32 +421,42 @@ def _crash_after_replies() -> None:
             _PATCHED.append(True)
 
 
+def loads_script(command) -> bool:
+    """A packed request that is SCRIPT LOAD: a script cache miss's reload,
+    no round trip of the call's own (nor is the failed EVALSHA before it)."""
+    head = command[0] if isinstance(command, (list, tuple)) else command
+    return b"SCRIPT\r\n$4\r\nLOAD" in bytes(head[:32]).upper()
+
+
 def _patch_read_response() -> None:
     from redis.connection import AbstractConnection
 
     original = AbstractConnection.read_response
     send, connect = AbstractConnection.send_packed_command, AbstractConnection.connect
 
-    def send_packed_command(conn, *args, **kwargs):
+    def send_packed_command(conn, command, *args, **kwargs):
         between = getattr(_ARMED, "between", None)
         if (between and not getattr(_ARMED, "connecting", False)
-                and _ARMED.replies - _ARMED.handshake >= between):
+                and _ARMED.replies - _ARMED.uncounted >= between):
             os.kill(os.getpid(), signal.SIGKILL)
-        return send(conn, *args, **kwargs)
+        _ARMED.loading = loads_script(command)
+        return send(conn, command, *args, **kwargs)
 
     def connecting(conn, *args, **kwargs):
-        """A new connection's handshake is no round trip of the call."""
-        before, _ARMED.connecting = getattr(_ARMED, "replies", 0), True
+        _ARMED.connecting = True
         try:
             return connect(conn, *args, **kwargs)
         finally:
             _ARMED.connecting = False
-            _ARMED.handshake = (getattr(_ARMED, "handshake", 0)
-                                + getattr(_ARMED, "replies", 0) - before)
 
     def read_response(conn, *args, **kwargs):
         reply = original(conn, *args, **kwargs)
         _ARMED.replies = getattr(_ARMED, "replies", 0) + 1
+        if getattr(_ARMED, "connecting", False) or getattr(_ARMED, "loading", False):
+            # a new connection's handshake, a script reload: no round trip of
+            # the call's own, for a kill between them
+            _ARMED.uncounted = getattr(_ARMED, "uncounted", 0) + 1
+            _ARMED.loading = False
         after = getattr(_ARMED, "after", None)
         if after:
             _ARMED.after = after - 1
@@ -485,7 +495,7 @@ def serve(module, inbox, outbox) -> None:
                 or req.get("crash_between_reply") or req.get("redis")):
             _crash_after_replies()
         _ARMED.after, _ARMED.replies = req.get("crash_after_reply"), 0
-        _ARMED.between, _ARMED.handshake = req.get("crash_between_reply"), 0
+        _ARMED.between, _ARMED.uncounted = req.get("crash_between_reply"), 0
         _ARMED.pause = req.get("pause_after_reply")
         try:
             args = decode(req.get("args", []), module, notes)
