@@ -115,7 +115,7 @@ CRASH_KILLS = 1
 # fourth kill, a reap that makes more than one round trip dies after its second
 # or a later reply with this probability (one that makes one never does), and
 # the reapers' clocks run an hour ahead (leases run on the server's).
-MID_REAP_P = 0.5
+MID_REAP_P = 0.2
 REAPER_SKEW_S = 3600
 # Zombies (paused workers that ack after their job's next claim) are built
 # when the run can, but not a quota: behind the sandbox a re-claim can take
