@@ -86,7 +86,8 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
     acks), every poison document kills the worker that holds it (SIGKILL at
     the crash point `on-poison`) until it has died max_attempts times, and
     two extra reapers race the workers' reap calls; they are faulted too
-    (killed inside and between their calls, their clocks an hour ahead).
+    (the first killed now and then, and between its round trips; their clocks
+    an hour ahead).
     """
     return ["4", "--docs", "25", "--seed", str(seed), "--kill-every", "0",
             "--kill-every-claims", "10",
@@ -111,10 +112,11 @@ KILLS, PAUSES = 20, 5      # faults every graded chaos run must inject
 # them; a claim in two round trips in 2 of 3 with two kills inside any call,
 # in 10 of 10 with one more inside claim().
 CRASH_KILLS = 1
-# Every role is faulted: the two extra reapers get the crash points and every
-# fourth kill, a reap that makes more than one round trip dies after its second
-# or a later reply with this probability (one that makes one never does), and
-# the reapers' clocks run an hour ahead (leases run on the server's).
+# Every role is faulted: the first extra reaper gets the crash point mid-reap
+# and every fourth kill (the second stays up, to race); a reap that makes more
+# than one round trip dies between two of them with this probability (one that
+# makes one never does); the reapers' clocks run an hour ahead (leases run on
+# the server's).
 MID_REAP_P = 0.2
 REAPER_SKEW_S = 3600
 # Zombies (paused workers that ack after their job's next claim) are built

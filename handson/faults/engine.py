@@ -106,11 +106,12 @@ class ChaosConfig:
     pause_every: float = 0.0         # mean seconds between SIGSTOPs; 0 = none
     pause_s: float = 0.0             # how long a pause lasts; 0 = 1.5 leases
     reapers: int = 0                 # extra processes that only call reap()
-    # Every role faulted: the extra reapers get the run's crash points (mid-call,
-    # mid-reap: killed between the Redis replies of their reap) and are among
-    # the victims of the random kills, restarted like workers; and their wall
-    # clocks can be set off, so a reap that trusts its own clock takes leases
-    # that the server's clock says still run.
+    # Every role faulted: the first extra reaper gets the run's crash point
+    # mid-reap (killed between two round trips of a reap; mid-call would
+    # mostly kill it after a one-script reap, for nothing) and dies with every
+    # `workers` kills, restarted like a worker; the others stay up to race. And
+    # the reapers' wall clocks can be set off, so a reap that trusts its own
+    # clock takes leases that the server's clock says still run.
     fault_reapers: bool = False
     reaper_skew_s: float = 0.0
     kill_until: float = 0.9          # chaos stops once this fraction is done
@@ -387,8 +388,8 @@ class _Run:
         self.server_clock = ServerClock()
 
     # ---- processes -------------------------------------------------------
-    def _spawn(self, args: list[str], chaos: bool, skew: float = 0.0
-               ) -> subprocess.Popen:
+    def _spawn(self, args: list[str], chaos: bool, skew: float = 0.0,
+               points: tuple[str, ...] | None = None) -> subprocess.Popen:
         cfg = self.cfg
         env = dict(os.environ, REDIS_URL=self.url, IDEM="1" if cfg.idem else "0",
                    ACK_DELAY=str(cfg.ack_delay), ITERS=str(cfg.iters))
@@ -396,8 +397,9 @@ class _Run:
             env.pop(k, None)
         if skew:
             env[SKEW_ENV] = repr(skew)
-        if chaos and cfg.crashing:
-            env.update(CRASH_POINT=",".join(cfg.crash_points), CRASH_P=str(cfg.crash_p),
+        points = cfg.crash_points if points is None else points
+        if chaos and cfg.crashing and points:
+            env.update(CRASH_POINT=",".join(points), CRASH_P=str(cfg.crash_p),
                        CRASH_SEED=str(self.crash_rng.randrange(2**31)))
         cmd = [sys.executable, "-m", "handson.worker", "--queue", self.queue_spec,
                "--db", str(self.db), "--events", str(self.events_dir),
@@ -424,8 +426,10 @@ class _Run:
 
     def _start_reaper(self, i: int) -> None:
         cfg = self.cfg
-        p = self._spawn(["--reap-only"], cfg.fault_reapers and self.phase == "chaos",
-                        cfg.reaper_skew_s)
+        mid_reap = tuple(p for p in cfg.crash_points
+                         if p.partition(":")[0] == "mid-reap")
+        faulted = cfg.fault_reapers and i == 0 and self.phase == "chaos"
+        p = self._spawn(["--reap-only"], faulted, cfg.reaper_skew_s, mid_reap)
         self.reaper_pids.add(p.pid)
         if i < len(self.reapers):
             self.reapers[i] = p
@@ -711,11 +715,10 @@ class _Run:
                 if due["kill"] is not None and clock("kill", now) >= due["kill"]:
                     self.due = round(due["kill"], 3)
                     self._kill_slot(self._victim(self.kill_rng, busy=False))
-                    # and every `workers` kills one reaper too, in turn (no
-                    # dice drawn: the workers' schedule stays the seed's)
-                    n = len(self.kills)
-                    if cfg.fault_reapers and n % cfg.workers == 0:
-                        self._kill_reaper(n // cfg.workers % cfg.reapers)
+                    # and every `workers` kills the first reaper too (no dice
+                    # drawn: the workers' schedule stays the seed's)
+                    if cfg.fault_reapers and len(self.kills) % cfg.workers == 0:
+                        self._kill_reaper(0)
                     due["kill"] += gap(mean["kill"], rngs["kill"])
                 if (due["pause"] is not None and clock("pause", now) >= due["pause"]
                         and not 0 < cfg.max_pauses <= len(self.pauses)):
