@@ -108,7 +108,8 @@ class ChaosConfig:
     reapers: int = 0                 # extra processes that only call reap()
     # Every role faulted: the first extra reaper gets the run's crash point
     # mid-reap (killed between two round trips of a reap; mid-call would
-    # mostly kill it after a one-script reap, for nothing) and dies with every
+    # mostly kill it after a one-script reap, for nothing; the workers never
+    # get mid-reap) and dies with every
     # `workers` kills, restarted like a worker; the others stay up to race. And
     # the reapers' wall clocks can be set off, so a reap that trusts its own
     # clock takes leases that the server's clock says still run.
@@ -422,7 +423,12 @@ class _Run:
         return args
 
     def _start_slot(self, slot: int) -> None:
-        self.procs[slot] = self._spawn(self._worker_args(), self.phase == "chaos")
+        # mid-reap is the faulted reaper's: workers that died inside their own
+        # reaps would race less, and a race is what shows a reap not atomic
+        points = tuple(p for p in self.cfg.crash_points
+                       if p.partition(":")[0] != "mid-reap")
+        self.procs[slot] = self._spawn(self._worker_args(), self.phase == "chaos",
+                                       points=points)
 
     def _start_reaper(self, i: int) -> None:
         cfg = self.cfg
