@@ -1,15 +1,20 @@
-"""`python -m autograder corpus`: grade our wrong and correct queues; the catch rate.
+"""`python -m autograder corpus`: grade our wrong and correct modules; the catch rate.
 
-The corpus is a folder of queue modules (the tests' `tests/corpus/queues` by
-default). One whose docstring starts "Broken on purpose:" is a mutant, a
-plausible edit of a correct queue, and must lose at least one check; any other
-is a correct alternative and must pass them all. The reference queue
-(`handson.q`) is graded as one more alternative.
+The corpus is a folder of modules per kind (the tests' `tests/corpus/queues`,
+`outbox` and `claims` by default; a folder named otherwise holds queues). One
+whose docstring starts "Broken on purpose:" is a mutant, a plausible edit of a
+correct module, and must lose at least one check; any other is a correct
+alternative and must pass them all. The reference queue (`handson.q`) is graded
+as one more alternative.
 
-The checks are the queue-contract checks the assignments grade (claim_ack_reap's,
-and heartbeats' on extend), run cheapest first: a mutant stops at its first
-failure. Only a mutant that every check passes gets a chaos run, the one
-`chaos_runs.json` gives it (the run that shows its bug), if it has one.
+A queue is graded by the queue-contract checks the assignments grade
+(claim_ack_reap's, and heartbeats' on extend), run cheapest first: a mutant
+stops at its first failure. Only a mutant that every check passes gets a chaos
+run, the one `chaos_runs.json` gives it (the run that shows its bug), if it has
+one. An outbox module (save_document, relay_once, summarize) and a claims module
+(send_confirmation, award_points) are graded as the assignments grade them,
+outbox_relay and idempotent_claims: their runs kill the learner's code at the
+named points, in the sandbox, on a copy of the module.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from __future__ import annotations
 import ast
 import json
 import queue
+import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,7 +32,9 @@ from pathlib import Path
 
 from autograder import claim_ack_reap, heartbeats, notebook
 
-CORPUS = notebook.REPO / "tests" / "corpus" / "queues"
+ROOT = notebook.REPO / "tests" / "corpus"
+CORPUS = ROOT / "queues"
+FILE_KINDS = ("outbox", "claims")     # graded as their assignment grades them
 MUTANT = "Broken on purpose:"
 REFERENCE = "handson.q"
 # Cheap and most telling first; the slow concurrent ones last.
@@ -33,7 +42,8 @@ FIRST = ("enqueue_idempotent", "claim_returns_payload_and_attempt",
          "lease_time_scales", "interleavings", "killed_between_replies",
          "zombie_ack_refused", "zombie_extend_refused", "zombie_fail_refused")
 LAST = ("reap_atomic_concurrent", "claim_atomic_concurrent")
-EXTEND_CHECKS = ("zombie_extend_refused", "extend_does_not_resurrect")
+EXTEND_CHECKS = ("zombie_extend_refused", "extend_does_not_resurrect",
+                 "heartbeat_keeps_lease")
 
 
 def checks() -> list[str]:
@@ -51,6 +61,7 @@ class Graded:
     name: str
     spec: str
     mutant: bool
+    kind: str = "queues"
     failed: list = field(default_factory=list)     # CheckResult dicts
     passed: list[str] = field(default_factory=list)
     chaos: str = ""                                 # the chaos verdict, if run
@@ -66,8 +77,9 @@ class Graded:
     def line(self) -> str:
         kind = "mutant" if self.mutant else "correct"
         if self.mutant and self.failed:
-            first = self.failed[0]
-            verdict = f"CAUGHT by {first['name']}: {first['got']}"
+            first, also = self.failed[0], [f["name"] for f in self.failed[1:]]
+            verdict = (f"CAUGHT by {first['name']}: {first['got']}"
+                       + (f" (also lost: {', '.join(also)})" if also else ""))
         elif self.mutant:
             verdict = (f"CAUGHT by the chaos run ({self.chaos})" if self.ok else
                        "ESCAPED: every check passed"
@@ -77,21 +89,59 @@ class Graded:
         else:
             verdict = "LOST " + "; ".join(f"{f['name']}: {f['got']}"
                                           for f in self.failed)
-        return f"{kind:<8}{self.name:<26}{verdict}  ({self.seconds:.0f} s)"
+        return f"{kind:<8}{self.name:<34} {verdict}  ({self.seconds:.0f} s)"
+
+
+def kind_of(folder: Path) -> str:
+    return folder.name if folder.name in FILE_KINDS else "queues"
 
 
 def queues(folder: Path) -> list[tuple[str, str, bool]]:
-    """(name, spec, is_mutant) for each module in the folder, then the reference."""
+    """(name, spec, is_mutant) for each module in the folder, then the reference
+    queue (for a folder of queues); another kind's names carry the kind."""
     out = []
+    kind = kind_of(folder)
     for path in sorted(folder.glob("*.py")):
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
-        out.append((path.stem, str(path), doc.startswith(MUTANT)))
-    return out + [(REFERENCE, REFERENCE, False)]
+        name = path.stem if kind == "queues" else f"{kind}/{path.stem}"
+        out.append((name, str(path), doc.startswith(MUTANT)))
+    return out + ([(REFERENCE, REFERENCE, False)] if kind == "queues" else [])
+
+
+def folders(folder: Path | None) -> list[Path]:
+    """The folders to grade: the one given, or the corpus's, one per kind."""
+    if folder is not None:
+        return [folder]
+    return [CORPUS] + [ROOT / k for k in FILE_KINDS if (ROOT / k).is_dir()]
+
+
+def grade_file(name: str, spec: str, mutant: bool, url: str, kind: str) -> Graded:
+    """An outbox or claims module, graded like a learner's, on a copy of it in a
+    folder of its own (the run's work dir)."""
+    from autograder import idempotent_claims, outbox_relay
+
+    evaluate = {"outbox": outbox_relay, "claims": idempotent_claims}[kind]
+    start = time.monotonic()
+    g = Graded(name, spec, mutant, kind)
+    with tempfile.TemporaryDirectory(prefix="eo-corpus-") as work:
+        copy = Path(work) / evaluate.MODULE_FILE
+        shutil.copyfile(spec, copy)
+        ev = evaluate.evaluate_file(str(copy), url)
+    for o in ev.outcomes:
+        if o.ok:
+            g.passed.append(o.name)
+        else:
+            g.failed.append({"name": o.name, "got": o.got or o.message,
+                             "hint": o.message})
+    g.seconds = time.monotonic() - start
+    return g
 
 
 def grade_one(name: str, spec: str, mutant: bool, url: str, folder: Path) -> Graded:
     from handson.queues.checks import run_checks
 
+    if kind_of(folder) != "queues":
+        return grade_file(name, spec, mutant, url, kind_of(folder))
     start = time.monotonic()
     g = Graded(name, spec, mutant)
     for check in checks():
@@ -124,22 +174,24 @@ def _db(url: str, index: int) -> str:
     return f"{url}{'&' if '?' in url else '?'}db={index}"
 
 
-def grade_corpus(url: str, folder: Path = CORPUS, workers: int = 3,
+def grade_corpus(url: str, folder: Path | None = None, workers: int = 3,
                  progress=None) -> list[Graded]:
-    """Every queue of the folder graded, `workers` at a time, each worker on a
-    database of its own; the correct ones (they run every check) first."""
+    """Every module of the folder (or of the corpus) graded, `workers` at a time,
+    each worker on a database of its own; the correct ones (they run every
+    check) first."""
     todo: queue.SimpleQueue = queue.SimpleQueue()
-    for item in sorted(queues(folder), key=lambda x: x[2]):
+    items = [(*item, f) for f in folders(folder) for item in queues(f)]
+    for item in sorted(items, key=lambda x: x[2]):
         todo.put(item)
     graded: list[Graded] = []
 
     def worker(db: int) -> None:
         while True:
             try:
-                name, spec, mutant = todo.get_nowait()
+                name, spec, mutant, where = todo.get_nowait()
             except queue.Empty:
                 return
-            g = grade_one(name, spec, mutant, _db(url, db), folder)
+            g = grade_one(name, spec, mutant, _db(url, db), where)
             graded.append(g)
             if progress:
                 progress(g.line())
@@ -157,15 +209,15 @@ def summary(graded: list[Graded]) -> str:
     full = sum(g.ok for g in correct)
     rate = 100 * caught / len(mutants) if mutants else 100.0
     return (f"catch rate: {caught}/{len(mutants)} mutants caught ({rate:.0f}%); "
-            f"{full}/{len(correct)} correct queues with full marks")
+            f"{full}/{len(correct)} correct modules with full marks")
 
 
 def main(folder: str | None, workers: int) -> int:
     from handson.redis_server import redis_url
 
-    path = Path(folder) if folder else CORPUS
-    if not path.is_dir():
-        print(f"cannot grade: {path} is not a folder of queue modules",
+    path = Path(folder) if folder else None
+    if path is not None and not path.is_dir():
+        print(f"cannot grade: {path} is not a folder of corpus modules",
               file=sys.stderr)
         return 2
     with redis_url() as url:

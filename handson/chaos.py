@@ -37,6 +37,7 @@ HELP = {
     "pause_every": "mean seconds between SIGSTOPs of a worker (0: none)",
     "pause_s": "length of a pause (0: 1.5 leases)",
     "reapers": "extra processes that only call reap(), to race each other",
+    "reaper_skew_s": "the extra reapers' wall clocks are this many seconds off",
     "kill_until": "chaos stops once this fraction of jobs is done",
     "kill_phase_s": "... or after this many seconds (0: no cap)",
     "min_kills": "quota: random SIGKILLs before the chaos may stop "
@@ -60,7 +61,7 @@ def parse(argv: list[str] | None) -> tuple[ChaosConfig, argparse.Namespace]:
     ap.add_argument("--workdir", default=None,
                     help="keep results.db, events/ and workers.log here")
     ap.add_argument("--crash-point", action="append", default=[], dest="crash_points",
-                    help="after-claim, mid-call, mid-claim, after-commit, "
+                    help="after-claim, mid-call, mid-claim, mid-reap, after-commit, "
                          "during-heartbeat, on-poison (repeatable); POINT:P "
                          "gives it a probability of its own")
     ap.add_argument("--no-heartbeat", action="store_false", dest="heartbeat")
@@ -73,9 +74,13 @@ def parse(argv: list[str] | None) -> tuple[ChaosConfig, argparse.Namespace]:
     ap.add_argument("--zombie-pauses", action="store_true",
                     help="a paused worker stays stopped until its job is claimed "
                          "again, then acks while the new holder is stopped")
+    ap.add_argument("--fault-reapers", action="store_true",
+                    help="the extra reapers get the crash points and are killed "
+                         "at random like workers, then restarted")
     for f in fields(ChaosConfig):
         if f.name in ("workers", "crash_points", "heartbeat", "ack_before_work",
-                      "fused", "idem", "ack_delay", "zombie_pauses", "tx_effect"):
+                      "fused", "idem", "ack_delay", "zombie_pauses", "tx_effect",
+                      "fault_reapers"):
             continue
         default = getattr(d, f.name)
         ap.add_argument("--" + f.name.replace("_", "-"), type=type(default),

@@ -32,7 +32,7 @@ import time
 import redis
 
 from handson import redis_server, setup_db, sink, work
-from handson.infra import remote_module
+from handson.infra import learner_host, remote_module
 from handson.queues.contract import ContractError, load_queue
 
 CRASH_POINTS = {
@@ -40,6 +40,8 @@ CRASH_POINTS = {
     "mid-call": "after any Redis reply inside a contract call, before it returns",
     "mid-claim": "after a Redis reply inside claim() (or ack_and_claim()), before "
                  "it returns",
+    "mid-reap": "between two round trips of reap(): after a Redis reply, as it "
+                "sends the next request (a reap that makes one has no such point)",
     "after-commit": "after the score is committed, before the ack",
     "during-heartbeat": "in the heartbeat thread, right after an extend",
     "on-poison": "a poison document crashes the worker instead of raising",
@@ -101,7 +103,7 @@ class Crashes:
         self.events = events
         self.call = threading.local()   # the contract call this thread is inside
         self.remote = None              # the queue's host, when it is behind a pipe
-        if self.points & {"mid-call", "mid-claim"}:
+        if self.points & {"mid-call", "mid-claim", "mid-reap"}:
             self._hook_replies()
 
     def maybe(self, point: str, **fields) -> None:
@@ -123,23 +125,53 @@ class Crashes:
                 crashes.maybe("mid-call", call=name)
             if name in CLAIMS:
                 crashes.maybe("mid-claim", call=name)
+            if name == "reap" and not (getattr(crashes.call, "connecting", False)
+                                       or getattr(crashes.call, "loading", False)):
+                crashes.call.replies = getattr(crashes.call, "replies", 0) + 1
+            crashes.call.loading = False
             return reply
 
+        send, connect = (AbstractConnection.send_packed_command,
+                         AbstractConnection.connect)
+
+        def send_packed_command(conn, command, *args, **kwargs):
+            if (getattr(crashes.call, "name", None) == "reap"
+                    and not getattr(crashes.call, "connecting", False)
+                    and getattr(crashes.call, "replies", 0)):
+                crashes.maybe("mid-reap", call="reap")
+            crashes.call.loading = learner_host.loads_script(command)
+            return send(conn, command, *args, **kwargs)
+
+        def connecting(conn, *args, **kwargs):
+            """A new connection's handshake (and a script's reload, above) is
+            no round trip of the call's own."""
+            crashes.call.connecting = True
+            try:
+                return connect(conn, *args, **kwargs)
+            finally:
+                crashes.call.connecting = False
+
         AbstractConnection.read_response = read_response
+        AbstractConnection.send_packed_command = send_packed_command
+        AbstractConnection.connect = connecting
 
     def _armed(self, name: str) -> str | None:
         """The crash point, if any, that kills the queue's host in this call."""
-        for point in ("mid-call", "mid-claim"):
-            if (point in self.points and (point == "mid-call" or name in CLAIMS)
+        for point, only in (("mid-call", None), ("mid-claim", CLAIMS),
+                            ("mid-reap", ("reap",))):
+            if (point in self.points and (only is None or name in only)
                     and self.rng.random() < self.p_at[point]):
                 return point
         return None
 
     def inside(self, name: str, fn, *args):
         """Call a contract function, marking it for the mid-call crash points."""
-        self.call.name = name
+        self.call.name, self.call.replies = name, 0
         armed = self._armed(name) if self.remote is not None else None
-        if armed:    # the learner's host dies after one of the call's Redis replies
+        if armed == "mid-reap":   # as it sends a request after reply k, if it does
+            self.remote.arm_crash_between(self.rng.randint(
+                1, max(1, self.remote.replies(name) - 1)))
+        elif armed:  # the learner's host dies after one of the call's Redis replies
             self.remote.arm_crash(self.rng.randint(1, self.remote.replies(name)))
         try:
             return fn(*args)

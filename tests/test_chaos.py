@@ -201,7 +201,8 @@ def test_replay_command_parses_back_to_the_same_config():
     cfg = ChaosConfig(queue="q2.py", docs=300, workers=3, seed=9, idem=False,
                       ack_delay=0.01, crash_points=("after-commit", "mid-call"),
                       crash_p=0.2, heartbeat=False, lease_s=0.5, reapers=2,
-                      zombie_pauses=True, min_reaps=2, tx_effect=True)
+                      zombie_pauses=True, min_reaps=2, tx_effect=True,
+                      fault_reapers=True, reaper_skew_s=-5.5)
     env_cmd = replay_command(cfg).split()
     env = dict(kv.split("=") for kv in env_cmd if "=" in kv and "--" not in kv)
     argv = env_cmd[env_cmd.index("handson.chaos") + 1:]
@@ -218,6 +219,24 @@ def test_replay_command_parses_back_to_the_same_config():
             else:
                 os.environ[k] = v
     assert again == cfg
+
+
+def test_reapers_are_faulted_like_workers_and_restarted(redis_url):
+    """Every role faulted: reapers are killed in turn with the workers and come
+    back, their clocks an hour behind; a queue whose reap is one script has no
+    gap to die in (mid-reap never fires) and stays valid."""
+    cfg = ChaosConfig(queue=str(CORPUS / "mini_correct.py"), seed=1, docs=40,
+                      kill_every=0, kill_every_claims=4, min_kills=8, lease_s=0.5,
+                      reapers=2, fault_reapers=True, reaper_skew_s=-3600,
+                      crash_points=("mid-reap:1",))
+    report = _run(cfg, redis_url)
+    f = report.stats["faults"]
+    assert report.verdict == "valid", report.text()
+    assert f["reaper_kills"] >= 2 and f["crash_kills"]["mid-reap"] == 0, f
+    assert f["raced_reaps"] >= 1, f           # the restarted reapers still reap
+    assert "reapers killed" in report.text() and "-3600 s off" in report.text()
+    with pytest.raises(ValueError, match="need reapers"):
+        ChaosConfig(fault_reapers=True)
 
 
 def test_cli_json_is_machine_readable_and_exit_code_is_the_verdict(redis_url):
@@ -465,5 +484,7 @@ def test_graded_run_keeps_correct_queues_valid_with_its_quota(name, redis_url):
     crashes = f["crash_kills"]
     assert crashes["mid-call"] >= 1 and crashes["mid-claim"] >= 1, f
     assert crashes["on-poison"] >= report.config.max_attempts, f   # a deadly job
+    assert f["reaper_kills"] >= f["kills"] // report.config.workers - 1, f
     text = report.text()
     assert "at on-poison" in text and "zombies" in text
+    assert "reapers' clocks +3600 s off" in text

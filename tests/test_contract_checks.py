@@ -299,6 +299,24 @@ def test_a_reap_killed_between_its_scripts_loses_the_jobs(redis_url):
     assert "lost" in res.got and "ONE round trip" in res.hint
 
 
+
+def test_a_producer_killed_mid_enqueue_and_retried_must_queue_the_job(redis_url):
+    """The producer is a role too: killed between its round trips, its retry
+    with the same id finds the job written and never queues it."""
+    [res] = run_checks(str(QUEUES / "enqueue_two_trips.py"), redis_url,
+                       ["killed_between_replies"])
+    assert not res.ok and "enqueue was killed after Redis reply" in res.got
+    assert "claims then got []" in res.got and "ONE round trip" in res.hint
+
+
+def test_an_optimistic_claim_that_gives_up_fails_the_concurrent_check(redis_url):
+    """None while jobs are pending is a wrong answer, not only a slow one."""
+    [res] = run_checks(str(QUEUES / "claim_watch_gives_up.py"), redis_url,
+                       ["claim_atomic_concurrent"])
+    assert not res.ok and "a claim returned None when" in res.got, res.got
+    assert "try again" in res.hint
+
+
 DEAF = f'''
 import sys
 

@@ -1,9 +1,11 @@
-"""`python -m autograder corpus`, run once: every wrong queue in tests/corpus/queues
-loses a check, every correct one (and the reference queue) scores full marks.
+"""`python -m autograder corpus`, run once on the queues: every wrong queue in
+tests/corpus/queues loses a check, every correct one (and the reference queue)
+scores full marks.
 
-The wrong queues written for the interleaving and time-scale checks must be
-caught by the check that names their bug, so a weaker check cannot hide behind
-another that happens to fail.
+Each wrong queue must be caught by the check that names its bug, so a weaker
+check cannot hide behind another that happens to fail. The outbox and claims
+modules (graded by their assignments' sandboxed runs, a minute or two each) are
+listed here, and graded by the command without a folder, not by the suite.
 """
 
 import os
@@ -25,6 +27,12 @@ CAUGHT_BY = {
     "claim_watch_gives_up": "interleavings",
     "reap_not_atomic": "interleavings",
     "reap_two_trips": "killed_between_replies",
+    "enqueue_two_trips": "killed_between_replies",
+    "extend_no_fence": "zombie_extend_refused",
+    "extend_worker_clock": "deadline_from_server_clock",
+    "extend_whole_seconds": "heartbeat_keeps_lease",
+    "fail_no_fence": "zombie_fail_refused",
+    "dead_without_reason": "poison_to_dlq_with_reason",
     "attempts_second_trip": "killed_between_replies",
     "claim_two_trips": "killed_between_replies",
     "lease_whole_seconds": "lease_time_scales",
@@ -36,13 +44,14 @@ LINE = re.compile(r"^(mutant|correct)\s+(\S+)\s+(CAUGHT by (\S+?):|ESCAPED|FULL|
 
 def test_the_corpus_command_catches_every_mutant_and_passes_the_rest(redis_url):
     env = {**os.environ, "REDIS_URL": redis_url}
-    out = subprocess.run([sys.executable, "-m", "autograder", "corpus"],
+    out = subprocess.run([sys.executable, "-m", "autograder", "corpus",
+                          str(corpus.CORPUS)],
                          capture_output=True, text=True, env=env, timeout=590)
     rows = {m[2]: m for m in map(LINE.match, out.stdout.splitlines()) if m}
     names = {name for name, _, _ in corpus.queues(corpus.CORPUS)}
     assert set(rows) == names, out.stdout + out.stderr
     mutants = {n for n, m in rows.items() if m[1] == "mutant"}
-    assert len(mutants) >= 17 and len(rows) - len(mutants) >= 5
+    assert len(mutants) >= 23 and len(rows) - len(mutants) >= 5
     for name, m in rows.items():
         want = "CAUGHT" if name in mutants else "FULL"
         assert m[3].startswith(want), out.stdout
@@ -50,6 +59,19 @@ def test_the_corpus_command_catches_every_mutant_and_passes_the_rest(redis_url):
         assert rows[name][4] == check, out.stdout
     assert f"catch rate: {len(mutants)}/{len(mutants)} mutants caught" in out.stdout
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_corpus_spans_the_assignments():
+    """Without a folder the command grades the queues, the outbox modules and
+    the claims modules: at least 30 mutants, correct alternatives of each."""
+    found = [item for f in corpus.folders(None) for item in corpus.queues(f)]
+    kinds = {name.split("/")[0] if "/" in name else "queues"
+             for name, _, _ in found}
+    assert kinds == {"queues", "outbox", "claims"}
+    assert sum(m for _, _, m in found) >= 30
+    for kind in ("outbox", "claims"):
+        mine = [m for name, _, m in found if name.startswith(kind + "/")]
+        assert mine.count(True) >= 4 and mine.count(False) >= 2, (kind, mine)
 
 
 def test_a_folder_that_is_not_one_is_refused(tmp_path):

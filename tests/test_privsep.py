@@ -347,6 +347,31 @@ def test_an_armed_call_can_die_after_any_of_its_round_trips(learner_file,
         mod.close()
 
 
+def test_a_call_armed_between_round_trips_dies_only_if_it_makes_another(
+        learner_file, redis_url):
+    """The chaos run's mid-reap point: the host dies as the call sends a request
+    after reply k; a new connection's handshake is none of the call's, and a
+    call with no request after reply k goes on."""
+    from handson.redis_server import connect
+
+    mod = remote_module.load(learner_file, [])
+    try:
+        r = connect(redis_url, decode_responses=True)
+        r.delete("a", "b", "c")
+        mod.arm_crash_between(1)      # the first call also makes the connection
+        with pytest.raises(remote_module.LearnerProcessDied):
+            mod.three(r)
+        assert [r.exists(k) for k in "abc"] == [1, 0, 0]
+        r.delete("a", "b", "c")
+        mod.arm_crash_between(3)
+        mod.three(r)                  # three replies, no fourth request: lives
+        assert [r.exists(k) for k in "abc"] == [1, 1, 1]
+        mod.arm_crash_between(1)
+        assert mod.ping(r) is True    # one round trip: no gap to die in
+    finally:
+        mod.close()
+
+
 def test_an_armed_pause_runs_a_rival_between_two_round_trips(learner_file,
                                                               redis_url):
     """The interleaving checks' stop: after reply k the caller's code runs, on

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from handson import produce, q, setup_db, sink, verify
+from handson import produce, q, redis_server, setup_db, sink, verify
 
 
 def test_idempotent_sink_applies_once_and_counts_once(tmp_path):
@@ -215,6 +215,41 @@ def test_mid_claim_crash_point_fires_only_inside_claim(r, redis_url, tmp_path,
     crash = [e for e in events if e["ev"] == "crash_point"]
     assert [(e["point"], e["call"]) for e in crash] == [("mid-claim", "claim")]
     assert not [e for e in events if e["ev"] == "claim"]     # died inside it
+
+
+CORPUS = Path(__file__).parent / "corpus" / "queues"
+
+
+@pytest.mark.parametrize("hosted", [False, True], ids=["local", "hosted"])
+def test_mid_reap_kills_only_between_a_reaps_round_trips(r, redis_url, tmp_path,
+                                                          workers, hosted):
+    """A reap in one script has no gap (the worker lives and acks); a reap that
+    takes the expired lease in one script and requeues in later ones dies
+    between them, in its own process or in the host of a learner's queue (the
+    host's first call also makes its connection: that handshake is no gap)."""
+    from handson.queues.contract import load_queue
+
+    env = {"EO_LEARNER_PREFIX": "[]"} if hosted else {}
+    q.enqueue(r, {"doc_id": 1, "text": "short"}, "doc-1")
+    w = Worker(redis_url, tmp_path, CRASH_POINT="mid-reap", CRASH_P=1, **env)
+    workers.append(w)
+    w.wait_for(lambda ev: "ack" in _kinds(ev, "doc-1"), timeout=60)
+    assert [e for e in w.read() if e["ev"] == "crash_point"] == []
+    w.stop()
+    (tmp_path / "two").mkdir()
+    two = load_queue(str(CORPUS / "reap_two_trips.py"))
+    r = redis_server.connect(redis_url, decode_responses=True)
+    two.enqueue(r, {"doc_id": 2, "text": "short"}, "doc-2")
+    assert two.claim(r, 0.05)[0] == "doc-2"
+    time.sleep(0.2)
+    w = Worker(redis_url, tmp_path / "two", "--queue",
+               str(CORPUS / "reap_two_trips.py"), CRASH_POINT="mid-reap", CRASH_P=1,
+               **env)
+    workers.append(w)
+    assert w.proc.wait(timeout=60) == -signal.SIGKILL
+    crash = [e for e in w.read() if e["ev"] == "crash_point"]
+    assert [(e["point"], e["call"]) for e in crash] == [("mid-reap", "reap")]
+    assert two.claim(r, 30) is None            # the reap died holding doc-2
 
 
 DEAF_CLAIM = '''

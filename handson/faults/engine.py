@@ -62,6 +62,7 @@ from pathlib import Path
 
 from handson import produce, redis_server, setup_db, verify
 from handson.faults.server_clock import REPORT_MS, ServerClock
+from handson.infra.learner_module import SKEW_ENV
 from handson.queues.contract import ContractError, load_queue
 from handson.worker import CLAIMS
 
@@ -108,6 +109,15 @@ class ChaosConfig:
     pause_every: float = 0.0         # mean seconds between SIGSTOPs; 0 = none
     pause_s: float = 0.0             # how long a pause lasts; 0 = 1.5 leases
     reapers: int = 0                 # extra processes that only call reap()
+    # Every role faulted: the first extra reaper gets the run's crash point
+    # mid-reap (killed between two round trips of a reap; mid-call would
+    # mostly kill it after a one-script reap, for nothing; the workers never
+    # get mid-reap) and dies with every
+    # `workers` kills, restarted like a worker; the others stay up to race. And
+    # the reapers' wall clocks can be set off, so a reap that trusts its own
+    # clock takes leases that the server's clock says still run.
+    fault_reapers: bool = False
+    reaper_skew_s: float = 0.0
     kill_until: float = 0.9          # chaos stops once this fraction is done
     kill_phase_s: float = 0.0        # ... or after this many seconds (0: no cap)
     # The fault quota. While any part of it is unmet the chaos goes on, and more
@@ -152,6 +162,8 @@ class ChaosConfig:
             raise ValueError("min_kills needs kill_every or kill_every_claims")
         if self.min_pauses and not (self.pause_every or self.pause_every_claims):
             raise ValueError("min_pauses needs pause_every or pause_every_claims")
+        if (self.fault_reapers or self.reaper_skew_s) and not self.reapers:
+            raise ValueError("fault_reapers and reaper_skew_s need reapers")
         if self.min_zombies and not (self.zombie_pauses and (
                 self.pause_every or self.pause_every_claims)):
             raise ValueError("min_zombies needs zombie_pauses and a pause schedule")
@@ -256,6 +268,10 @@ class Report:
         if "raced_reaps" in f:
             parts.append(f"leases reaped by {self.config.reapers} racing reapers "
                          f"{f['raced_reaps']}")
+        if "reaper_kills" in f:
+            parts.append(f"reapers killed {f['reaper_kills']}")
+        if self.config.reaper_skew_s:
+            parts.append(f"reapers' clocks {self.config.reaper_skew_s:+g} s off")
         if "zombies" in f:
             parts.append(one("zombies (answered while a new claim was held)",
                              "zombies", f["zombies"]))
@@ -367,6 +383,8 @@ class _Run:
         self.crash_rng = random.Random(f"crash-{cfg.seed}")
         self.procs: list[subprocess.Popen | None] = [None] * cfg.workers
         self.reapers: list[subprocess.Popen] = []
+        self.reaper_pids: set[int] = set()          # every reaper ever started
+        self.reaper_kills = 0                       # beside the workers' kills
         self.started: list[subprocess.Popen] = []
         self.kills: list[tuple[int, int]] = []       # (t_ns, pid)
         self.pauses: list[tuple[int, int, float]] = []  # (t_ns, pid, seconds)
@@ -388,14 +406,18 @@ class _Run:
         self.server_clock = ServerClock()
 
     # ---- processes -------------------------------------------------------
-    def _spawn(self, args: list[str], chaos: bool) -> subprocess.Popen:
+    def _spawn(self, args: list[str], chaos: bool, skew: float = 0.0,
+               points: tuple[str, ...] | None = None) -> subprocess.Popen:
         cfg = self.cfg
         env = dict(os.environ, REDIS_URL=self.url, IDEM="1" if cfg.idem else "0",
                    ACK_DELAY=str(cfg.ack_delay), ITERS=str(cfg.iters))
-        for k in ("CRASH_POINT", "CRASH_P", "CRASH_SEED"):
+        for k in ("CRASH_POINT", "CRASH_P", "CRASH_SEED", SKEW_ENV):
             env.pop(k, None)
-        if chaos and cfg.crashing:
-            env.update(CRASH_POINT=",".join(cfg.crash_points), CRASH_P=str(cfg.crash_p),
+        if skew:
+            env[SKEW_ENV] = repr(skew)
+        points = cfg.crash_points if points is None else points
+        if chaos and cfg.crashing and points:
+            env.update(CRASH_POINT=",".join(points), CRASH_P=str(cfg.crash_p),
                        CRASH_SEED=str(self.crash_rng.randrange(2**31)))
         cmd = [sys.executable, "-m", "handson.worker", "--queue", self.queue_spec,
                "--db", str(self.db), "--events", str(self.events_dir),
@@ -422,7 +444,33 @@ class _Run:
         return args
 
     def _start_slot(self, slot: int) -> None:
-        self.procs[slot] = self._spawn(self._worker_args(), self.phase == "chaos")
+        # mid-reap is the faulted reaper's: workers that died inside their own
+        # reaps would race less, and a race is what shows a reap not atomic
+        points = tuple(p for p in self.cfg.crash_points
+                       if p.partition(":")[0] != "mid-reap")
+        self.procs[slot] = self._spawn(self._worker_args(), self.phase == "chaos",
+                                       points=points)
+
+    def _start_reaper(self, i: int) -> None:
+        cfg = self.cfg
+        mid_reap = tuple(p for p in cfg.crash_points
+                         if p.partition(":")[0] == "mid-reap")
+        faulted = cfg.fault_reapers and i == 0 and self.phase == "chaos"
+        p = self._spawn(["--reap-only"], faulted, cfg.reaper_skew_s, mid_reap)
+        self.reaper_pids.add(p.pid)
+        if i < len(self.reapers):
+            self.reapers[i] = p
+        else:
+            self.reapers.append(p)
+
+    def _kill_reaper(self, i: int) -> None:
+        """A reaper dies like a worker (anywhere in its loop) and is restarted."""
+        p = self.reapers[i]
+        self.reaper_kills += 1
+        self.schedule.append((self.tally.claims, "kill reaper", i, self.due))
+        self._signal(p, signal.SIGKILL)
+        p.wait(timeout=10)
+        self._start_reaper(i)
 
     @staticmethod
     def _signal(p: subprocess.Popen, sig: int) -> None:
@@ -656,8 +704,8 @@ class _Run:
         idset = set(ids)
         for slot in range(cfg.workers):
             self._start_slot(slot)
-        self.reapers = [self._spawn(["--reap-only"], False)
-                        for _ in range(cfg.reapers)]
+        for i in range(cfg.reapers):
+            self._start_reaper(i)
         t0 = time.monotonic()
         self._wait_ready(t0 + 30)
         t_chaos = time.monotonic()      # the schedule starts once workers are up
@@ -693,6 +741,9 @@ class _Run:
                     if rc != -signal.SIGKILL:
                         self.abnormal += 1
                     self._start_slot(slot)
+            for i, p in enumerate(self.reapers):
+                if p.poll() is not None:        # a crash point inside its reap
+                    self._start_reaper(i)
             if self.abnormal >= max(3, 2 * cfg.workers) and done == 0:
                 raise _Aborted("workers keep exiting on their own; their log "
                                f"ends with:\n{self._log_tail()}")
@@ -700,6 +751,10 @@ class _Run:
                 if due["kill"] is not None and clock("kill", now) >= due["kill"]:
                     self.due = round(due["kill"], 3)
                     self._kill_slot(self._victim(self.kill_rng, busy=False))
+                    # and every `workers` kills the first reaper too (no dice
+                    # drawn: the workers' schedule stays the seed's)
+                    if cfg.fault_reapers and len(self.kills) % cfg.workers == 0:
+                        self._kill_reaper(0)
                     due["kill"] += gap(mean["kill"], rngs["kill"])
                 if (due["pause"] is not None and clock("pause", now) >= due["pause"]
                         and not 0 < cfg.max_pauses <= len(self.pauses)):
@@ -1219,7 +1274,7 @@ class _Judge:
             "kills": len(self.run.kills),
             "crash_kills": sum(e["ev"] == "crash_point" for e in self.events),
             "pauses": len(self.run.pauses),
-            "workers_started": len(self.run.started) - len(self.run.reapers),
+            "workers_started": len(self.run.started) - len(self.run.reaper_pids),
             "rows": s["rows"] if idem else s["naive_rows"],
             "distinct": s["rows"] if idem else s["naive_distinct"],
             "counter": s["counter"],
@@ -1339,8 +1394,10 @@ def _fault_stats(run_: _Run, elapsed: float, enqueued: int) -> dict:
     if run_.cfg.zombie_pauses:
         faults["zombies"] = run_.zombies_made
     if run_.cfg.reapers:           # leases taken back by the racing reapers
-        faults["raced_reaps"] = sum(run_.tally.reaped_by[p.pid]
-                                    for p in run_.reapers)
+        faults["raced_reaps"] = sum(run_.tally.reaped_by[pid]
+                                    for pid in run_.reaper_pids)
+    if run_.cfg.fault_reapers:
+        faults["reaper_kills"] = run_.reaper_kills
     return {"faults": faults,
             "quota": run_.cfg.quota, "quota_short": {
                 k: {"injected": g, "wanted": w}

@@ -405,6 +405,10 @@ def _crash_after_replies() -> None:
     lies about its replies, only makes its chaos run fall short of its fault
     quota: unknown, no pass.
 
+    Or `crash_between_reply: k`: the host SIGKILLs itself when the call, having
+    read at least k replies, sends its next request: it dies between two round
+    trips, and a call that makes no more after reply k goes on.
+
     Or `pause_after_reply: k`: right after the k-th reply the host calls back
     the caller's object 0 (see Callbacks) and waits for its answer, so the
     harness runs a rival call while this one is stopped between round trips
@@ -417,14 +421,42 @@ def _crash_after_replies() -> None:
             _PATCHED.append(True)
 
 
+def loads_script(command) -> bool:
+    """A packed request that is SCRIPT LOAD: a script cache miss's reload,
+    no round trip of the call's own (nor is the failed EVALSHA before it)."""
+    head = command[0] if isinstance(command, (list, tuple)) else command
+    return b"SCRIPT\r\n$4\r\nLOAD" in bytes(head[:32]).upper()
+
+
 def _patch_read_response() -> None:
     from redis.connection import AbstractConnection
 
     original = AbstractConnection.read_response
+    send, connect = AbstractConnection.send_packed_command, AbstractConnection.connect
+
+    def send_packed_command(conn, command, *args, **kwargs):
+        between = getattr(_ARMED, "between", None)
+        if (between and not getattr(_ARMED, "connecting", False)
+                and _ARMED.replies - _ARMED.uncounted >= between):
+            os.kill(os.getpid(), signal.SIGKILL)
+        _ARMED.loading = loads_script(command)
+        return send(conn, command, *args, **kwargs)
+
+    def connecting(conn, *args, **kwargs):
+        _ARMED.connecting = True
+        try:
+            return connect(conn, *args, **kwargs)
+        finally:
+            _ARMED.connecting = False
 
     def read_response(conn, *args, **kwargs):
         reply = original(conn, *args, **kwargs)
         _ARMED.replies = getattr(_ARMED, "replies", 0) + 1
+        if getattr(_ARMED, "connecting", False) or getattr(_ARMED, "loading", False):
+            # a new connection's handshake, a script reload: no round trip of
+            # the call's own, for a kill between them
+            _ARMED.uncounted = getattr(_ARMED, "uncounted", 0) + 1
+            _ARMED.loading = False
         after = getattr(_ARMED, "after", None)
         if after:
             _ARMED.after = after - 1
@@ -439,6 +471,8 @@ def _patch_read_response() -> None:
         return reply
 
     AbstractConnection.read_response = read_response
+    AbstractConnection.send_packed_command = send_packed_command
+    AbstractConnection.connect = connecting
 
 
 def serve(module, inbox, outbox) -> None:
@@ -458,9 +492,10 @@ def serve(module, inbox, outbox) -> None:
         notes: list = []
         _REQUEST.id = req["id"]
         if (req.get("crash_after_reply") or req.get("pause_after_reply")
-                or req.get("redis")):
+                or req.get("crash_between_reply") or req.get("redis")):
             _crash_after_replies()
         _ARMED.after, _ARMED.replies = req.get("crash_after_reply"), 0
+        _ARMED.between, _ARMED.uncounted = req.get("crash_between_reply"), 0
         _ARMED.pause = req.get("pause_after_reply")
         try:
             args = decode(req.get("args", []), module, notes)
@@ -476,13 +511,13 @@ def serve(module, inbox, outbox) -> None:
                         socket_connect_timeout=5)
                 args = [clients[key], *args]
             value = getattr(module, req["fn"])(*args, **kwargs)
-            _ARMED.after = _ARMED.pause = None
+            _ARMED.after = _ARMED.pause = _ARMED.between = None
             answer = {"id": req["id"], "ok": encode(value), "notes": notes}
             if _PATCHED:
                 answer["replies"] = _ARMED.replies
             reply(answer)
         except BaseException as err:
-            _ARMED.after = _ARMED.pause = None
+            _ARMED.after = _ARMED.pause = _ARMED.between = None
             reply({"id": req["id"], "notes": notes,
                    "error": {"type": type(err).__name__, "message": str(err)}})
 

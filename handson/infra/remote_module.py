@@ -276,7 +276,8 @@ class _Host:
 
     def call(self, lane, fn: str, args, kwargs, target, timeout: float,
              notes: list, crash_after: int | None = None,
-             callers: dict | None = None, pause_after: int | str | None = None):
+             callers: dict | None = None, pause_after: int | str | None = None,
+             crash_between: int | None = None):
         ident = next(self.ids)
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.pending[ident] = inbox
@@ -288,6 +289,8 @@ class _Host:
             req["crash_after_reply"] = crash_after
         if pause_after:
             req["pause_after_reply"] = pause_after
+        if crash_between:
+            req["crash_between_reply"] = crash_between
         try:
             self._send(req)
         except (BrokenPipeError, ValueError, OSError):
@@ -394,16 +397,22 @@ class RemoteModule:
         kwargs = {k: self._local(v, callers) for k, v in kwargs.items()}
         self._notes.value = []
         crash_after, self._armed.k = getattr(self._armed, "k", None), None
+        between, self._armed.between = getattr(self._armed, "between", None), None
         pause, self._armed.pause = getattr(self._armed, "pause", None), None
         if pause:
             callers[0] = Caller(pause[1], name="pause")
         return self._current().call(lane, fn, args, kwargs, target, timeout,
                                     self._notes.value, crash_after, callers,
-                                    pause[0] if pause else None)
+                                    pause[0] if pause else None, between)
 
     def arm_crash(self, after_replies: int) -> None:
         """The next call on this thread: the host dies after that many replies."""
         self._armed.k = after_replies
+
+    def arm_crash_between(self, after_replies: int) -> None:
+        """The next call on this thread: the host dies when, past that many
+        replies, the call sends another request (between two round trips)."""
+        self._armed.between = after_replies
 
     def arm_pause(self, after_replies: int | str, meanwhile) -> None:
         """The next call on this thread stops after that many Redis replies

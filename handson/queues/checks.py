@@ -555,14 +555,34 @@ def _claims_survive_kills(q, r, url, n: int = 3000, workers: int = 4,
 
 @_check("claim_atomic_concurrent",
         "8 claimers at once on 300 jobs: each job claimed exactly once, attempt 1, "
-        "every claimed job in flight; and claimers killed mid-claim lose no job",
+        "every claimed job in flight, None only once nothing is pending; and "
+        "claimers killed mid-claim lose no job",
         timeout=60)
 def _claim_concurrent(q, r, url):
     n, k = 300, 8
     for i in range(n):
         q.enqueue(r, {"doc_id": i}, f"doc-{i}")
     clients = _clients(url, k)
-    results = _threads(k, lambda i: _claim_all(q, clients[i], LEASE), timeout=30)
+    claimed, empty_at, lock = [0], [], threading.Lock()
+
+    def claim_until_none(i: int) -> list:
+        out = []
+        while (job := q.claim(clients[i], LEASE)) is not None:
+            out.append(tuple(job))
+            with lock:
+                claimed[0] += 1
+        with lock:
+            empty_at.append(claimed[0])
+        return out
+
+    results = _threads(k, claim_until_none, timeout=30)
+    # When a claim said None, the other k - 1 claimers had popped at most one
+    # job each beyond those counted: fewer than n in all means one was pending.
+    early = min(empty_at, default=n)
+    _need(early + k - 1 >= n, f"a claim returned None when {early} of {n} jobs had "
+          f"been claimed (at least {n - early - k + 1} were still pending)",
+          "claim returns None only when nothing is pending: when an optimistic "
+          "transaction (WATCH/MULTI) is refused, try again instead of giving up")
     jobs = [j for part in results for j in part]
     counts = Counter(j[0] for j in jobs)
     twice = sorted(i for i, c in counts.items() if c > 1)

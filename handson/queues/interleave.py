@@ -440,16 +440,45 @@ def _reap_killed(s: Scene) -> int:
     return _each_reply(s.host, "reap", setup, call, rival, judge, "kill")
 
 
+def _enqueue_killed(s: Scene) -> int:
+    """A producer killed mid-enqueue retries with the same id: one job, queued."""
+    def setup(ctx):
+        s.fresh(ctx)
+        s.host.dead(s.a)                # the connection is made before the call
+
+    def call(ctx):
+        return s.host.enqueue(s.a, {"doc": "retry"}, "job-e")
+
+    def rival(ctx):
+        s.q.enqueue(s.b, {"doc": "retry"}, "job-e")
+        return {"left": _claim_all(s.q, s.b, LONG)}
+
+    def judge(ctx, run):
+        left = run.rival["left"]
+        _need([(j[0], j[2]) for j in left] == [("job-e", 1)],
+              f"enqueue was killed after Redis reply {run.k}; the producer's "
+              f"retry with the same id returned, and claims then got "
+              f"{[(j[0], j[2]) for j in left]}",
+              "record the id and queue the job in ONE round trip (a script): a "
+              "producer killed between them leaves an id that its retry takes "
+              "for done, and the job is never queued")
+
+    return _each_reply(s.host, "enqueue", setup, call, rival, judge, "kill")
+
+
 @_check("killed_between_replies",
-        "claim, fail and reap, killed (SIGKILL) after each of their Redis "
-        "replies: no job lost, attempt numbers keep growing, and a killed claim "
-        "that took the job has used an attempt", timeout=90)
+        "enqueue, claim, fail and reap, killed (SIGKILL) after each of their "
+        "Redis replies: no job lost (a producer's retry queues it once), attempt "
+        "numbers keep growing, and a killed claim that took the job has used an "
+        "attempt", timeout=90)
 def _killed_between(q, r, url):
     s = Scene(q, url)
     try:
-        n = _claim_killed(s) + _fail_killed(s) + _reap_killed(s)
+        n = (_enqueue_killed(s) + _claim_killed(s) + _fail_killed(s)
+             + _reap_killed(s))
     finally:
         s.close()
     if not n:
-        return "claim, fail and reap each make one round trip: no gap to die in"
+        return ("enqueue, claim, fail and reap each make one round trip: no gap "
+                "to die in")
     return f"{n} kills between replies: nothing lost, every attempt counted"
