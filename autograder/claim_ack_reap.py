@@ -258,7 +258,13 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
                 o.message = skipped
         return Evaluation(outcomes + not_run(CHAOS_CHECKS, skipped), problems)
     chaos_out, invariants, replay = _chaos_outcomes(reports, shown_path, path)
-    return Evaluation(outcomes + chaos_out, problems, invariants, replay)
+    # Alone on the server now (its counters are server-wide), on a fresh database.
+    cost = queue_runs.cost(path, _db(redis_url, len(seeds) + 1 + len(groups)))
+    if "error" in cost:       # a problem only where no check explains it
+        if all(o.ok for o in outcomes + chaos_out):
+            problems.append(cost["error"].replace(path, shown_path))
+        cost = {}
+    return Evaluation(outcomes + chaos_out, problems, invariants, replay, cost)
 
 
 # --- the grader side and the notebook side --------------------------------

@@ -8,6 +8,8 @@ Three steps, each a subprocess under `autograder.sandbox` with its own limit:
 - `contract`: `handson.queues.checks.run_checks` on the file, as JSON.
 - `chaos`: `python -m handson.chaos ... --json` on the file: real workers,
   real SIGKILLs, a verdict per invariant.
+- `cost`: `handson.queues.cost.compare`: the file's round trips, commands and
+  server CPU per job beside the reference queue's, from the server's counters.
 
 Nothing here judges; the assignment modules turn the data into points.
 
@@ -51,6 +53,12 @@ timeout = float(sys.argv[4]) if sys.argv[4] != "-" else None
 for name in names:
     res = run_checks(sys.argv[1], sys.argv[2], only=[name], timeout=timeout)[0]
     print(json.dumps(asdict(res)), flush=True)
+"""
+
+COST = """
+import json, sys
+from handson.queues.cost import compare
+print(json.dumps(compare(sys.argv[1], sys.argv[2])))
 """
 
 
@@ -135,3 +143,20 @@ def chaos(path: str, redis_url: str, args: list[str], timeout: float,
     if fin.leftovers:
         report["leftovers"] = fin.leftovers
     return report
+
+
+def cost(path: str, redis_url: str, timeout: float = 60) -> dict:
+    """`handson.queues.cost.compare` of the file, or {"error": why}.
+
+    The server's counters are server-wide: run it when nothing else uses the
+    server."""
+    fin = sandbox.run([sys.executable, "-c", COST, path, redis_url],
+                      timeout=timeout, env=learner_env(path, redis_url))
+    for line in reversed(fin.stdout.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    why = (f"did not finish within {timeout:g} s" if fin.timed_out else
+           f"ended with exit code {fin.returncode}: {fin.tail(300)}")
+    return {"error": f"measuring the queue's cost {why}"}
