@@ -324,7 +324,7 @@ class ModuleFile:
         for o in ev.outcomes:
             if refused.get(o.name):
                 o.ok, o.message, o.expected, o.got = False, refused[o.name], "", ""
-                o.witnesses, o.replay = [], ""
+                o.witnesses, o.replay, o.timelines = [], "", []
         ev.problems += sorted(set(review.functions.values()))
         return ev
 

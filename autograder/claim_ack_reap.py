@@ -147,6 +147,8 @@ def _contract_outcomes(results: dict, checks: list[Check]) -> list:
         else:
             out.append(outcome(c, res["ok"], res.get("hint") or c.title,
                                res.get("expected", ""), res.get("got", "")))
+            if not res["ok"] and res.get("timeline"):    # its failing schedule
+                out[-1].timelines = [res["timeline"]]
     return out
 
 

@@ -32,8 +32,9 @@ BAR_W, ROW_H = 420, 22
 
 
 def figures(outcomes: list[Outcome]) -> str:
-    """The pictures of every failed check that has witness timelines ('' if none)."""
-    parts, kinds = [], set()
+    """The pictures of every failed check that has witness timelines or a
+    failing schedule ('' if none)."""
+    parts, kinds, leases = [], set(), False
     for o in outcomes:
         if o.ok or not o.timelines:
             continue
@@ -41,9 +42,10 @@ def figures(outcomes: list[Outcome]) -> str:
         for tl in o.timelines:
             parts.append(timeline.svg(tl))
             kinds |= {m["kind"] for m in tl["marks"]}
+            leases = leases or bool(tl["leases"])
     if not parts:
         return ""
-    return "\n".join(parts) + timeline.legend(kinds)
+    return "\n".join(parts) + timeline.legend(kinds, leases)
 
 
 def _bars(cost: dict) -> str:

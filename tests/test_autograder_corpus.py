@@ -134,3 +134,22 @@ def test_a_graded_queue_shows_its_cost_beside_the_reference(graded):
     assert two["yours"]["claim"]["round_trips"] > two["reference"]["claim"][
         "round_trips"]
     assert cost.advice(two).startswith("claim makes")
+
+
+def test_failed_schedules_are_drawn_on_the_feedback_page(graded):
+    """A contract check that failed on a schedule (a call stopped or killed
+    between its round trips) has that schedule drawn, with its words."""
+    drawn = 0
+    for name in WRONG:
+        result, _ = graded[name]
+        html = feedback.page(result)
+        for o in result.outcomes:
+            if o.ok or o.name not in ("interleavings", "killed_between_replies"):
+                continue
+            if "after Redis reply" not in o.got:
+                continue          # not a schedule (e.g. a call that hid its replies)
+            [tl] = o.timelines
+            assert tl["invariant"] == o.name and tl["sentence"] == o.got
+            assert f'data-job="{tl["job"]}"' in html
+            drawn += 1
+    assert drawn >= 1, "no wrong queue failed on a drawn schedule"
