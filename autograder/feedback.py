@@ -63,7 +63,7 @@ def _bars(cost: dict) -> str:
             n = cost[who][fn]["round_trips"]
             y = ROW_H * (2 * i + j) + 4
             w = max(n / most * BAR_W, 1)
-            label = f"{fn}" if j == 0 else ""
+            label = (fn if fn != "reap" else "reap (idle)") if j == 0 else ""
             out.append(f'<text x="0" y="{y + 14}">{escape(label)}</text>'
                        f'<rect class="bar" data-fn="{escape(fn)}" '
                        f'data-who="{who}" data-round-trips="{n:g}" x="70" y="{y}" '
@@ -87,7 +87,8 @@ def efficiency(cost: dict, correct: bool) -> str:
     first = ("" if correct else "<p><b>Your queue fails checks above: make it "
              "correct first; a cheaper wrong queue is still wrong.</b></p>")
     return (f'<div class="eo-cost">{first}<p>{cost["jobs"]} jobs, each enqueued, '
-            "claimed and acked, counted by the Redis server itself (its "
+            "claimed and acked (and reap called with nothing due), counted by "
+            "the Redis server itself (its "
             "<code>INFO</code> counters, read by the grader), then the same for "
             "the reference queue on the same server. Shown, not graded.</p>"
             "<table><tr><th>per job</th><th>round trips</th><th>commands</th>"
