@@ -75,6 +75,10 @@ def _bars(cost: dict) -> str:
     return "\n".join(out)
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + "."
+
+
 def efficiency(cost: dict, correct: bool) -> str:
     """What the queue cost the server, beside the reference ('' if not measured)."""
     if not cost.get("yours"):
@@ -93,9 +97,9 @@ def efficiency(cost: dict, correct: bool) -> str:
             "the reference queue on the same server. Shown, not graded.</p>"
             "<table><tr><th>per job</th><th>round trips</th><th>commands</th>"
             f"<th>server CPU µs</th></tr>{rows}</table>{_bars(cost)}"
-            f"<p>{escape(advice(cost))}.</p><p><small>Round trips and commands "
-            "are the same on every run; CPU time depends on how busy the machine "
-            "was.</small></p></div>")
+            f"<p>{escape(_sentence(advice(cost)))}</p><p><small>Round trips and "
+            "commands are the same on every run; CPU time depends on how busy the "
+            "machine was.</small></p></div>")
 
 
 def page(result: GradeResult) -> str:

@@ -54,3 +54,46 @@ def test_cli_refuses_a_bad_job_count_in_one_line():
                           "--jobs", "0"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--jobs must be at least 1" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+RESETS = '''
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import mini_correct
+from mini_correct import *
+
+
+def enqueue(r, payload, job_id=None):    # wipes the counters, then enqueues
+    try:
+        r.execute_command("CONFIG", "RESETSTAT")
+    except Exception:
+        pass
+    return mini_correct.enqueue(r, payload, job_id)
+'''
+
+
+def test_a_queue_cannot_reset_the_counters_it_is_measured_by(tmp_path):
+    """Graded as the grader does (sandboxed harness, confined server, the
+    learner's Redis user): CONFIG RESETSTAT is refused and logged, and the
+    refused try is counted as the round trip it is."""
+    from autograder import queue_runs, server
+
+    (tmp_path / "mini_correct.py").write_text((QUEUES / "mini_correct.py")
+                                              .read_text())
+    path = tmp_path / "myqueue.py"
+    path.write_text(RESETS)
+    redis = server.start()
+    try:
+        found, _, measured = queue_runs.contract_then_cost(
+            str(path), redis.url, ["enqueue_idempotent"], 120,
+            cost_url=f"{redis.url}?db=15")
+        refused = redis.refusals()
+    finally:
+        redis.stop()
+    assert found["enqueue_idempotent"]["ok"], found
+    yours, ref = measured["yours"], measured["reference"]
+    assert yours["enqueue"]["round_trips"] == yours["claim"]["round_trips"] + 1
+    assert yours["enqueue"]["round_trips"] >= ref["enqueue"]["round_trips"] + 1
+    assert any("CONFIG" in line for line in refused), refused
