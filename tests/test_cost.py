@@ -49,11 +49,16 @@ def test_the_panel_draws_the_counts_it_was_given(redis_url):
     assert feedback.efficiency({}, correct=True) == ""
 
 
-def test_cli_refuses_a_bad_job_count_in_one_line():
-    out = subprocess.run([sys.executable, "-m", "handson.queues.cost", "handson.q",
-                          "--jobs", "0"], capture_output=True, text=True, timeout=60)
+def test_cli_refuses_a_bad_job_count_or_queue_in_one_line(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "handson.queues.cost", *args],
+                              capture_output=True, text=True, timeout=60)
+    out = run("handson.q", "--jobs", "0")
     assert out.returncode == 2 and "--jobs must be at least 1" in out.stderr
-    assert "Traceback" not in out.stderr
+    missing = str(tmp_path / "nosuch.py")
+    out = run(missing)
+    assert out.returncode == 2 and out.stderr.strip() == \
+        f"cannot measure: no module at {missing}", out.stderr
 
 
 RESETS = '''
