@@ -51,10 +51,12 @@ from dataclasses import asdict
 from handson.queues.checks import run_checks
 names = sys.argv[3].split(",")
 timeout = float(sys.argv[4]) if sys.argv[4] != "-" else None
+passed = True
 for name in names:
     res = run_checks(sys.argv[1], sys.argv[2], only=[name], timeout=timeout)[0]
+    passed = passed and res.ok
     print(json.dumps(asdict(res)), flush=True)
-if sys.argv[5] != "-":            # then the cost, on that database
+if sys.argv[5] != "-" and passed:      # then the cost, on that database
     import signal
     from handson.queues.cost import compare, LIMIT_S
     def late(*_):
@@ -124,10 +126,10 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
                        timeout: float, per_check_s: float | None = None,
                        imports: tuple[str, ...] = (), cost_url: str | None = None
                        ) -> tuple[dict, list[str], dict]:
-    """`contract`, then in the same harness (one sandbox start less) the file's
-    cost beside the reference's on `cost_url` (`handson.queues.cost.compare`),
-    or {"error": why}. The server's counters are server-wide: nothing else
-    may use the server meanwhile."""
+    """`contract`, then, if every check passed, in the same harness (one sandbox
+    start less) the file's cost beside the reference's on `cost_url`
+    (`handson.queues.cost.compare`), or {"error": why}. The server's counters
+    are server-wide: nothing else may use the server meanwhile."""
     fin = sandbox.run([sys.executable, "-c", CONTRACT, path, redis_url,
                        ",".join(names), str(per_check_s) if per_check_s else "-",
                        cost_url or "-"],
@@ -143,11 +145,14 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
         elif isinstance(res, dict) and "cost" in res:
             cost = res["cost"]
     if cost_url and not cost:
-        why = (f"did not finish within {timeout:g} s" if fin.timed_out else
-               f"ended with exit code {fin.returncode}: {fin.tail(300)}")
-        cost = {"error": f"the harness {why}"}
+        why = ("not tried: a check failed" if not all(
+                   r.get("ok") for r in results.values()) or len(results) < len(names)
+               else f"the harness did not finish within {timeout:g} s"
+               if fin.timed_out else f"the harness ended with exit code "
+               f"{fin.returncode}: {fin.tail(300)}")
+        cost = {"error": why}
     if "error" in cost:
-        cost = {"error": f"measuring the queue's cost failed: {cost['error']}"}
+        cost = {"error": f"the queue's cost was not measured ({cost['error']})"}
     return results, fin.leftovers, cost
 
 
