@@ -81,6 +81,7 @@ class Evaluation:
     problems: list[str] = field(default_factory=list)
     invariants: dict = field(default_factory=dict)
     replay: str = ""
+    efficiency: dict = field(default_factory=dict)   # handson.queues.cost.compare
 
 
 _MISSED_PAUSE = re.compile(
@@ -135,6 +136,7 @@ class GradeResult:
     isolation: str = ""          # which sandbox protections held: full / partial / none
     server_isolation: str = ""   # the same for the run's Redis server
     notes: list[str] = field(default_factory=list)   # e.g. test cells restored
+    efficiency: dict = field(default_factory=dict)   # shown beside the reference
 
     @property
     def score(self) -> int:
@@ -157,6 +159,7 @@ class GradeResult:
                 "invariants": {f"{k}_ok": v for k, v in self.invariants.items()},
                 "replay": self.replay, "isolation": self.isolation,
                 "server_isolation": self.server_isolation,
+                "efficiency": self.efficiency,
                 "checks": [dict(asdict(o), points=o.points) for o in self.outcomes]}
         return json.dumps(data, indent=2)
 
@@ -185,6 +188,8 @@ class GradeResult:
             lines.append("  chaos invariants: " + ", ".join(
                 f"{k}={'ok' if v is True else 'BROKEN' if v is False else 'unknown'}"
                 for k, v in self.invariants.items()))
+        if self.efficiency.get("yours"):
+            lines += ["", cost_line(self.efficiency)]
         failed = [o for o in self.outcomes if not o.ok]
         if failed:
             lines += ["", "What to fix:"]
@@ -193,6 +198,15 @@ class GradeResult:
         if self.replay:
             lines += ["", f"Replay the chaos run: {self.replay}"]
         return "\n".join(lines)
+
+
+def cost_line(cost: dict) -> str:
+    """The queue's cost per job beside the reference's, in one line (not graded)."""
+    yours, ref = cost["yours"]["per_job"], cost["reference"]["per_job"]
+    return (f"  cost per job (shown, not graded): {yours['round_trips']:g} Redis "
+            f"round trips, {yours['commands']:g} commands, {yours['cpu_us']:.0f} µs "
+            f"of server CPU; the reference queue in the same run: "
+            f"{ref['round_trips']:g}, {ref['commands']:g}, {ref['cpu_us']:.0f} µs")
 
 
 # --- the notebook side -------------------------------------------------------
@@ -310,7 +324,7 @@ class ModuleFile:
         for o in ev.outcomes:
             if refused.get(o.name):
                 o.ok, o.message, o.expected, o.got = False, refused[o.name], "", ""
-                o.witnesses, o.replay = [], ""
+                o.witnesses, o.replay, o.timelines = [], "", []
         ev.problems += sorted(set(review.functions.values()))
         return ev
 
@@ -355,6 +369,8 @@ class ModuleFile:
         for p in ev.problems:
             print("!", p)
         ok = notebook_summary(ev.outcomes, reused)
+        if ev.efficiency.get("yours"):
+            print("\n" + cost_line(ev.efficiency).strip())
         if ev.replay:
             print(f"\nReplay the chaos run: {ev.replay}")
         if not reused:

@@ -160,6 +160,8 @@ def _contract_outcomes(results: dict, checks: list[Check]) -> list:
         else:
             out.append(outcome(c, res["ok"], res.get("hint") or c.title,
                                res.get("expected", ""), res.get("got", "")))
+            if not res["ok"] and res.get("timeline"):    # its failing schedule
+                out[-1].timelines = [res["timeline"]]
     return out
 
 
@@ -231,7 +233,10 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
         return Evaluation(not_run(CHECKS, probe["error"].replace(path, shown_path)),
                           [probe["error"].replace(path, shown_path)])
     problems: list[str] = []
-    gate, left = queue_runs.contract(path, redis_url, list(GATE), timeout=60)
+    # The cost is measured after the gate, in its harness, while nothing else
+    # uses the server (its counters are server-wide).
+    gate, left, cost = queue_runs.contract_then_cost(
+        path, redis_url, list(GATE), timeout=90, cost_url=_db(redis_url, 15))
     gate_ok = not any(_blocked(gate.get(n)) for n in GATE)
     if gate_ok:
         # Every run below has a database of its own (the checks flush theirs),
@@ -271,7 +276,11 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
                 o.message = skipped
         return Evaluation(outcomes + not_run(CHAOS_CHECKS, skipped), problems)
     chaos_out, invariants, replay = _chaos_outcomes(reports, shown_path, path)
-    return Evaluation(outcomes + chaos_out, problems, invariants, replay)
+    if "error" in cost:       # a problem only where no check explains it
+        if all(o.ok for o in outcomes + chaos_out):
+            problems.append(cost["error"].replace(path, shown_path))
+        cost = {}
+    return Evaluation(outcomes + chaos_out, problems, invariants, replay, cost)
 
 
 # --- the grader side and the notebook side --------------------------------

@@ -247,6 +247,7 @@ def write_autograded(course: Path, sub: Submission, result: dict,
         outcomes=[Outcome(**{k: c[k] for k in OUTCOME_FIELDS if k in c})
                   for c in result["checks"]],
         problems=result.get("problems", []), replay=result.get("replay", ""),
+        efficiency=result.get("efficiency", {}),
         elapsed_s=result.get("elapsed_s", 0.0), quick=result.get("quick", False),
         notes=result.get("notes", []) + ([late] if late else []))
     nb = notebook.for_grading(notebook.read(sub.path), sub.assignment).nb

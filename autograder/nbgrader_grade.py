@@ -24,7 +24,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from autograder import assignments, notebook
 from autograder.checks import GradeResult
-from autograder.feedback import figures
+from autograder.feedback import efficiency, figures
 from autograder.grade import grade
 
 MARK = "graded outside the notebook's kernel by `python -m autograder grade`"
@@ -75,6 +75,11 @@ def write_outcomes(nb, result: GradeResult | None, reason: str = "",
             text = result.text() if result else f"not graded: {reason}"
             cell.outputs = [_stdout(text)]
             cell.outputs += _pictures(result.outcomes if result else [])
+            cost = efficiency(result.efficiency, result.score == result.max_score
+                              ) if result else ""
+            if cost:
+                cell.outputs.append(nbformat.v4.new_output(
+                    "display_data", data={"text/html": cost}))
         else:
             ran = next(learner, None)
             cell.outputs = list(ran.get("outputs", [])) if ran is not None else []

@@ -8,6 +8,9 @@ Three steps, each a subprocess under `autograder.sandbox` with its own limit:
 - `contract`: `handson.queues.checks.run_checks` on the file, as JSON.
 - `chaos`: `python -m handson.chaos ... --json` on the file: real workers,
   real SIGKILLs, a verdict per invariant.
+- `contract_then_cost`: the same, then `handson.queues.cost.compare`: the
+  file's round trips, commands and server CPU per job beside the reference
+  queue's, from the server's counters.
 
 Nothing here judges; the assignment modules turn the data into points.
 
@@ -48,11 +51,23 @@ from dataclasses import asdict
 from handson.queues.checks import run_checks
 names = sys.argv[3].split(",")
 timeout = float(sys.argv[4]) if sys.argv[4] != "-" else None
+passed = True
 for name in names:
     res = run_checks(sys.argv[1], sys.argv[2], only=[name], timeout=timeout)[0]
+    passed = passed and res.ok
     print(json.dumps(asdict(res)), flush=True)
+if sys.argv[5] != "-" and passed:      # then the cost, on that database
+    import signal
+    from handson.queues.cost import compare, LIMIT_S
+    def late(*_):
+        raise TimeoutError(f"not done in {LIMIT_S} s")
+    signal.signal(signal.SIGALRM, late)
+    signal.alarm(LIMIT_S)
+    try:
+        print(json.dumps({"cost": compare(sys.argv[1], sys.argv[5])}))
+    except Exception as err:
+        print(json.dumps({"cost": {"error": f"{type(err).__name__}: {err}"}}))
 """
-
 
 def learner_env(path: str, redis_url: str | None,
                 imports: tuple[str, ...] = (), pg_url: str | None = None) -> dict:
@@ -103,10 +118,24 @@ def contract(path: str, redis_url: str, names: list[str], timeout: float,
              per_check_s: float | None = None, imports: tuple[str, ...] = ()
              ) -> tuple[dict, list[str]]:
     """name -> CheckResult dict for each check that reported; plus leftovers."""
+    results, leftovers, _ = contract_then_cost(path, redis_url, names, timeout,
+                                               per_check_s, imports)
+    return results, leftovers
+
+
+def contract_then_cost(path: str, redis_url: str, names: list[str],
+                       timeout: float, per_check_s: float | None = None,
+                       imports: tuple[str, ...] = (), cost_url: str | None = None
+                       ) -> tuple[dict, list[str], dict]:
+    """`contract`, then, if every check passed, in the same harness (one sandbox
+    start less) the file's cost beside the reference's on `cost_url`
+    (`handson.queues.cost.compare`), or {"error": why}. The server's counters
+    are server-wide: nothing else may use the server meanwhile."""
     fin = sandbox.run([sys.executable, "-c", CONTRACT, path, redis_url,
-                       ",".join(names), str(per_check_s) if per_check_s else "-"],
+                       ",".join(names), str(per_check_s) if per_check_s else "-",
+                       cost_url or "-"],
                       timeout=timeout, env=learner_env(path, redis_url, imports))
-    results = {}
+    results, cost = {}, {}
     for line in fin.stdout.splitlines():
         try:
             res = json.loads(line)
@@ -114,7 +143,18 @@ def contract(path: str, redis_url: str, names: list[str], timeout: float,
             continue
         if isinstance(res, dict) and "name" in res:
             results[res["name"]] = res
-    return results, fin.leftovers
+        elif isinstance(res, dict) and "cost" in res:
+            cost = res["cost"]
+    if cost_url and not cost:
+        why = ("not tried: a check failed" if not all(
+                   r.get("ok") for r in results.values()) or len(results) < len(names)
+               else f"the harness did not finish within {timeout:g} s"
+               if fin.timed_out else f"the harness ended with exit code "
+               f"{fin.returncode}: {fin.tail(300)}")
+        cost = {"error": why}
+    if "error" in cost:
+        cost = {"error": f"the queue's cost was not measured ({cost['error']})"}
+    return results, fin.leftovers, cost
 
 
 def chaos(path: str, redis_url: str, args: list[str], timeout: float,
@@ -138,3 +178,4 @@ def chaos(path: str, redis_url: str, args: list[str], timeout: float,
     if fin.leftovers:
         report["leftovers"] = fin.leftovers
     return report
+

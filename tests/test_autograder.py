@@ -117,6 +117,11 @@ def test_solution_report_has_invariants(solution_grades):
     assert all(k.endswith("_ok") for k in data["invariants"]), "true means it held"
     for c in data["checks"]:
         assert c["points"] == c["max_points"]
+    # What it cost, beside the reference in the same run: the solution, like
+    # the reference, makes every call one round trip.
+    cost = data["efficiency"]
+    assert cost["yours"]["per_job"]["round_trips"] == \
+        cost["reference"]["per_job"]["round_trips"], cost
 
 
 @pytest.mark.parametrize("name", OURS)
@@ -242,6 +247,11 @@ def test_nbgrader_autograde_gives_the_same_points(tmp_path, solution_grades,
     assert res.returncode == 0, res.stderr[-2000:]
     feedback = list((course / "feedback" / "bob").rglob("*.html"))
     assert feedback and "dedup_in_tx" in feedback[0].read_text()
+    graded = nbformat.read(str(course / "autograded" / "ada" / "claim_ack_reap"
+                               / "claim_ack_reap.ipynb"), as_version=4)
+    [check] = [c for c in graded.cells if notebook.role(c) == "check"]
+    assert any("eo-cost-bars" in o.get("data", {}).get("text/html", "")
+               for o in check.outputs), "the check cell shows what the queue cost"
 
 
 def test_nbgrader_validate_invert_agrees_exercises_fail(tmp_path):

@@ -27,8 +27,9 @@ import psutil
 import pytest
 from test_autograder import load_path
 
-from autograder import feedback, notebook
+from autograder import checks, feedback, notebook
 from autograder.grade import grade
+from handson.queues import cost
 
 # Grading the whole corpus once (the module fixture) takes minutes.
 pytestmark = pytest.mark.timeout(1800)
@@ -112,3 +113,43 @@ def test_failed_chaos_checks_are_drawn_on_the_feedback_page(graded):
                 assert f'data-job="{tl["job"]}"' in html
                 drawn += 1
     assert drawn >= 1, "no wrong queue failed a chaos check with a witness"
+
+
+def test_a_graded_queue_shows_its_cost_beside_the_reference(graded):
+    """Each assignment-2 queue that ran is measured with the reference queue in
+    the same run, by the server's own counters; the report and the page show
+    both, and the advice names the call that costs more round trips."""
+    correct = sorted(n for n in corpus.CORRECT if n.startswith("a2_"))
+    assert correct
+    for name in [*correct, "a2_claim_two_trips"]:
+        result, _ = graded[name]
+        c = result.efficiency
+        assert c, f"{name}: no cost measured ({result.problems})"
+        assert c["reference"]["per_job"]["round_trips"] == len(cost.PER_JOB)
+        assert checks.cost_line(c) in result.text()
+        html = feedback.page(result)
+        assert 'class="eo-cost-bars"' in html
+        assert ("correct first" in html) == (result.score < result.max_score)
+    two = graded["a2_claim_two_trips"][0].efficiency
+    assert two["yours"]["claim"]["round_trips"] > two["reference"]["claim"][
+        "round_trips"]
+    assert cost.advice(two).startswith("claim makes")
+
+
+def test_failed_schedules_are_drawn_on_the_feedback_page(graded):
+    """A contract check that failed on a schedule (a call stopped or killed
+    between its round trips) has that schedule drawn, with its words."""
+    drawn = 0
+    for name in WRONG:
+        result, _ = graded[name]
+        html = feedback.page(result)
+        for o in result.outcomes:
+            if o.ok or o.name not in ("interleavings", "killed_between_replies"):
+                continue
+            if "after Redis reply" not in o.got:
+                continue          # not a schedule (e.g. a call that hid its replies)
+            [tl] = o.timelines
+            assert tl["invariant"] == o.name and tl["sentence"] == o.got
+            assert f'data-job="{tl["job"]}"' in html
+            drawn += 1
+    assert drawn >= 1, "no wrong queue failed on a drawn schedule"

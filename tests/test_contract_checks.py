@@ -8,6 +8,7 @@ mistake. (The reference itself passes every check: tests/test_queue.py.)
 import json
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import handson.q
+from handson.faults import timeline
 from handson.queues import checks
 from handson.queues.checks import run_checks
 from handson.redis_server import RedisUnavailable
@@ -290,6 +292,8 @@ def test_a_stopped_ack_names_its_schedule_the_same_way_every_run(redis_url):
     assert "meanwhile reap and claim ran" in first.got
     assert "attempt 2 holds the job" in first.got
     assert "ONE round trip" in first.hint and "WATCH/MULTI" in first.hint
+    assert first.timeline == second.timeline
+    _drawn_as_run(first, "ack", "stop")
 
 
 def test_a_reap_killed_between_its_scripts_loses_the_jobs(redis_url):
@@ -297,6 +301,39 @@ def test_a_reap_killed_between_its_scripts_loses_the_jobs(redis_url):
                        ["killed_between_replies"])
     assert not res.ok and "reap was killed after Redis reply 1" in res.got
     assert "lost" in res.got and "ONE round trip" in res.hint
+    _drawn_as_run(res, "reap", "kill")
+
+
+def _drawn_as_run(res, fn: str, held: str) -> None:
+    """The failing schedule's picture: the call's replies up to the stop (or
+    kill) the failure names, then the other client's calls as the failure
+    reports them, then the rest of the call's replies; one step ringed."""
+    tl = res.timeline
+    assert tl and tl["invariant"] == res.name and tl["sentence"] == res.got
+    k, of = re.search(rf"{fn} (?:stopped|was killed) after Redis reply (\d+)"
+                      r"(?: of its (\d+))?", res.got).groups()
+    lane = tl["lanes"][0]
+    kinds = [m["kind"] for m in tl["marks"]]
+    assert [m["t"] for m in tl["marks"]] == list(range(len(kinds)))
+    assert kinds[:int(k) + 1] == ["reply"] * int(k) + [held]
+    rival = [m for m in tl["marks"] if m["lane"] == "another client"]
+    assert rival and all(m["t"] > int(k) for m in rival)
+    for m in rival:            # each step of the other client, as reported
+        said = re.split(r" returned | got | as ", m["text"])[-1]
+        assert said in res.got, (m["text"], res.got)
+    after = [m for m in tl["marks"] if m["lane"] == lane and m["t"] > int(k)]
+    if held == "stop":
+        assert [m["kind"] for m in after] == ["reply"] * (int(of) - int(k)) + [
+            "returned"]
+        assert f"{fn}(attempt 1) returned {after[-1]['text'].split()[-1]}" \
+            in res.got
+    else:
+        assert not after
+    bad = [m for m in tl["marks"] if m["bad"]]
+    assert len(bad) == 1 and bad[0]["lane"] == lane
+    picture = timeline.svg(tl)
+    assert picture.count('<g class="mark"') == len(kinds)
+    assert picture.count("data-bad") == 1 and tl["title"] in picture
 
 
 
@@ -354,3 +391,15 @@ def test_a_module_that_unarms_the_kill_fails_instead_of_passing(tmp_path,
     [res] = run_checks(str(path), redis_url, ["killed_between_replies"])
     assert not res.ok and "claim was to be killed after Redis reply 1" in res.got \
         and "yet it returned" in res.got, res.got
+
+
+def test_the_other_clients_step_is_ringed_when_it_broke_the_rule(tmp_path,
+                                                                redis_url):
+    """A claim that never counts attempts: the stopped ack is not to blame, the
+    other client's claim (attempt 1 again) is the step the picture rings."""
+    spec = _write(tmp_path, "no_count", BROKEN["claim_does_not_count"][0])
+    [res] = run_checks(spec, redis_url, ["interleavings"])
+    assert not res.ok and "not above 1" in res.got, res.got
+    bad = [m for m in res.timeline["marks"] if m["bad"]]
+    assert len(bad) == 1 and bad[0]["lane"] == "another client", bad
+    assert bad[0]["text"].endswith("as attempt 1")

@@ -8,8 +8,10 @@ solved but one. The test runs both with JupyterLab's own commands, types a
 prediction with real key presses and reads it back in the closing table,
 presses Spike and Kill -9 in the simulation (tests/check_sim_offline.py's steps),
 and reads the check cell's table: PASS for the solved functions, FAIL for the
-stub. The browser is the shared DevTools client (tests/cdp.py); on failure the
-message names a screenshot and the server's log.
+stub, then a failing schedule of assignment 2 drawn by the check cell's own
+display: its SVG in the page, every mark. The browser is the shared DevTools
+client (tests/cdp.py); on failure the message names a screenshot and the
+server's log.
 """
 
 from __future__ import annotations
@@ -38,6 +40,23 @@ CHAPTER = Path("book/queues_and_logs.md")
 EXERCISE = Path("exercises/delivery_semantics/delivery_semantics.ipynb")
 SOLUTION = ROOT / "solutions/delivery_semantics/delivery_semantics.ipynb"
 STUB = "lease_impl"                 # the one function left unsolved
+WRONG_QUEUE = Path("wrong_queue/myqueue.py")       # in the workspace: its own dir
+# The check cell's own display (notebook_summary) of the grader's outcome for a
+# queue whose ack is a check-then-act in two round trips: the contract's
+# interleaving check, sandboxed on a confined server as in a grade, without the
+# chaos run that makes a whole check cell of assignment 2 minutes long.
+PICTURE_CELL = """\
+from autograder import claim_ack_reap, queue_runs, server
+from autograder.checks import notebook_summary
+redis = server.start()
+try:
+    found, _ = queue_runs.contract({path!r}, redis.url, ["interleavings"], 120)
+finally:
+    redis.stop()
+[o] = claim_ack_reap._contract_outcomes(
+    found, [c for c in claim_ack_reap.CHECKS if c.name == "interleavings"])
+notebook_summary([o])
+print("marks drawn:", sum(len(t["marks"]) for t in o.timelines))"""
 STUB_CHECK = "lease_doubles"        # the check that must fail because of it
 GUESS = "about 30 s a bit more 00"  # typed into the first box (a, b, d, 0 0:
                                      # JupyterLab shortcuts outside a text box)
@@ -107,6 +126,17 @@ window.eoLab = {
   },
   text(id, i) {
     return this.cells(id)[i].node.querySelector('.jp-OutputArea')?.innerText || '';
+  },
+  insert(id, i, source) {
+    this.panels[id].content.model.sharedModel.insertCell(
+      i, {cell_type: 'code', source: source});
+    return this.cells(id)[i].model.sharedModel.getSource() === source;
+  },
+  drawn(id, i) {
+    const out = this.cells(id)[i].node.querySelector('.jp-OutputArea');
+    const q = s => out ? out.querySelectorAll(s).length : 0;
+    return {timelines: q('svg.eo-timeline'), marks: q('svg.eo-timeline g.mark'),
+            ringed: q('svg.eo-timeline [data-bad]'), legend: q('.eo-legend')};
   },
 };
 true
@@ -198,6 +228,10 @@ def workspace(tmp_path):
     shutil.copy(ROOT / CHAPTER, root / CHAPTER)
     (root / EXERCISE.parent).mkdir(parents=True)
     (root / EXERCISE).write_text(json.dumps(exercise_with_solutions(STUB), indent=1))
+    (root / WRONG_QUEUE.parent).mkdir()
+    corpus = ROOT / "tests/corpus/queues"
+    shutil.copy(corpus / "ack_check_then_act.py", root / WRONG_QUEUE)
+    shutil.copy(corpus / "mini_correct.py", root / WRONG_QUEUE.parent)   # its base
     return root
 
 
@@ -257,7 +291,7 @@ def page_errors(b: Chromium) -> tuple[list[str], list[str]]:
     return thrown, logged
 
 
-def session(b: Chromium, url: str, report: dict) -> None:
+def session(b: Chromium, url: str, report: dict, root: Path) -> None:
     """Everything a learner does, in order; each step waits on what it needs."""
     b.send("Runtime.enable")
     b.send("Page.enable")
@@ -295,6 +329,24 @@ def session(b: Chromium, url: str, report: dict) -> None:
                                   if k != STUB_CHECK), table
     assert "First failure" in table, table
     report["exercise_s"] = round(time.monotonic() - t0, 1)
+
+    # A failing run drawn under the check cell: the picture reaches the page as
+    # SVG (not escaped, not stripped), every mark of it, the broken step ringed.
+    cell = check_cell + 1
+    source = PICTURE_CELL.format(path=str(root / WRONG_QUEUE))
+    assert b.js(f"eoLab.insert({ex}, {cell}, {json.dumps(source)})")
+    run_cell(b, exercise, cell)
+    b.poll(f"eoLab.text({ex}, {cell}).includes('marks drawn:') || "
+           f"eoLab.state({ex}).errors.length > 1", EXERCISE_RUN_S,
+           "the picture cell to finish", every=0.5)
+    said = b.js(f"eoLab.text({ex}, {cell})")
+    marks = re.search(r"marks drawn: (\d+)", said)
+    assert marks and "[FAIL] interleavings" in said, said
+    drawn = b.js(f"eoLab.drawn({ex}, {cell})")
+    report["picture"] = drawn
+    assert drawn == {"timelines": 1, "marks": int(marks.group(1)), "ringed": 1,
+                     "legend": 1}, (drawn, said)
+    report["picture_s"] = round(time.monotonic() - t0 - report["exercise_s"], 1)
 
     # The chapter: every cell ran without an error.
     ch = json.dumps(chapter)
@@ -363,7 +415,7 @@ def test_chapter_and_exercise_in_jupyterlab(chromium, workspace, tmp_path):
     with jupyter_lab(workspace, tmp_path) as (url, log):
         with Chromium(chromium, timeout=120, loopback=True) as b:
             try:
-                session(b, url, report)
+                session(b, url, report, workspace)
             except Exception as err:
                 shot = b.screenshot(tmp_path / "jupyterlab-failure.png")
                 raise AssertionError(f"{err}\nscreenshot: {shot}\nserver log: {log}"

@@ -3,11 +3,14 @@ across, each attempt's lease, every claim, ack, kill and pause where it happened
 
 The same drawing serves the grader's feedback page, the notebook's check cell
 and the chapters' chaos reports. It is made from `Judge.timeline` data (the
-engine's own records), never from anything a learner's process reports.
+engine's own records), never from anything a learner's process reports. A
+contract check's failing schedule (`handson.queues.interleave.schedule`) is
+drawn the same way, its steps in the order the grader made them happen.
 """
 
 from __future__ import annotations
 
+import textwrap
 from html import escape
 
 LANE_H, LEFT, RIGHT, TOP, WIDTH = 30, 120, 20, 58, 900
@@ -27,7 +30,17 @@ STYLE = {
     "kill": ("cross", "#d62728", "SIGKILL"),
     "crash": ("cross", "#d62728", "killed at a crash point"),
     "pause": ("bar", "#9467bd", "SIGSTOP .. SIGCONT"),
+    "reply": ("tick", "#555", "a Redis reply read"),
+    "stop": ("bar", "#9467bd", "the call held between two replies"),
+    "rival": ("dot", "#ff7f0e", "another client's call"),
+    "returned": ("square", "#1f77b4", "the call returned"),
 }
+AXIS = "seconds since the run started (the engine's clock)"
+WRAP = 130          # characters of the sentence per line
+
+
+def _bar(kind: str) -> bool:
+    return STYLE.get(kind, ("dot",))[0] == "bar"
 
 
 def _shape(kind: str, x: float, y: float) -> str:
@@ -51,10 +64,11 @@ def _shape(kind: str, x: float, y: float) -> str:
             f'stroke="{colour}" stroke-width="3"/>')
 
 
-def _ticks(lo: float, hi: float) -> list[float]:
+def _ticks(lo: float, hi: float, whole: bool = False) -> list[float]:
     span = max(hi - lo, 1e-3)
-    step = next(s for s in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 60)
-                if span / s <= 10)
+    steps = (1, 2, 5, 10, 20) if whole else (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1,
+                                             2, 5, 10, 20, 60)
+    step = next((s for s in steps if span / s <= 10), steps[-1])
     first = int(lo / step) * step
     return [round(first + i * step, 6) for i in range(int(span / step) + 2)
             if lo <= first + i * step <= hi]
@@ -68,21 +82,26 @@ def svg(tl: dict) -> str:
     lo, hi = (min(times), max(times)) if times else (0.0, 1.0)
     pad = max((hi - lo) * 0.04, 0.01)
     lo, hi = lo - pad, hi + pad
-    height = TOP + LANE_H * len(lanes) + 46
+    said = textwrap.wrap(tl["sentence"], WRAP) or [""]
+    top = TOP + 16 * (len(said) - 1)
+    notes = tl.get("notes", [])       # lines under the axis (a schedule's steps)
+    height = top + LANE_H * len(lanes) + 46 + 16 * len(notes)
 
     def x(t: float) -> float:
         return LEFT + (t - lo) / (hi - lo) * (WIDTH - LEFT - RIGHT)
 
     def y(lane: str) -> float:
-        return TOP + LANE_H * lanes.index(lane) + LANE_H / 2
+        return top + LANE_H * lanes.index(lane) + LANE_H / 2
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="eo-timeline" '
            f'data-job="{escape(tl["job"])}" data-invariant="{escape(tl["invariant"])}"'
            f' width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
            'font-family="sans-serif" font-size="12">',
-           f'<text x="8" y="18" font-weight="bold">job {escape(tl["job"])} '
-           f'({escape(tl["invariant"])})</text>',
-           f'<text x="8" y="38" fill="#d62728">{escape(tl["sentence"])}</text>']
+           '<text x="8" y="18" font-weight="bold">'
+           + escape(tl.get("title") or f'job {tl["job"]} ({tl["invariant"]})')
+           + "</text>"]
+    out += [f'<text x="8" y="{38 + 16 * i}" fill="#d62728">{escape(line)}</text>'
+            for i, line in enumerate(said)]
     for i, lane in enumerate(lanes):
         ly = y(lane)
         if i % 2:
@@ -99,10 +118,10 @@ def svg(tl: dict) -> str:
                    '</title></rect>')
     for m in tl["marks"]:
         mx, my = x(m["t"]), y(m["lane"])
-        if m["kind"] == "pause":
+        if _bar(m["kind"]):
             w = max(x(m["t"] + m.get("seconds", 0)) - mx, 2)
             shape = (f'<rect x="{mx:.1f}" y="{my - 3:.1f}" width="{w:.1f}" '
-                     f'height="6" fill="{STYLE["pause"][1]}"/>')
+                     f'height="6" fill="{STYLE[m["kind"]][1]}"/>')
         else:
             shape = _shape(m["kind"], mx, my)
         bad = ' data-bad="1"' if m["bad"] else ""
@@ -112,37 +131,39 @@ def svg(tl: dict) -> str:
                    f'data-t="{m["t"]}" data-lane="{escape(m["lane"])}"{bad}>'
                    f'<title>+{m["t"]:.3f} s  {escape(m["text"])}</title>'
                    f'{shape}{ring}</g>')
-    axis_y = TOP + LANE_H * len(lanes) + 6
+    axis_y = top + LANE_H * len(lanes) + 6
     out.append(f'<line x1="{LEFT}" y1="{axis_y}" x2="{WIDTH - RIGHT}" '
                f'y2="{axis_y}" stroke="#333"/>')
-    for t in _ticks(lo, hi):
+    for t in _ticks(lo, hi, whole=bool(tl.get("ordinal"))):   # steps, not time
         out.append(f'<line x1="{x(t):.1f}" y1="{axis_y}" x2="{x(t):.1f}" '
                    f'y2="{axis_y + 4}" stroke="#333"/><text x="{x(t):.1f}" '
                    f'y="{axis_y + 16}" text-anchor="middle">{t:g}</text>')
     out.append(f'<text x="{WIDTH - RIGHT}" y="{axis_y + 32}" text-anchor="end" '
-               'fill="#555">seconds since the run started (the engine\'s clock)'
-               '</text>')
+               f'fill="#555">{escape(tl.get("axis", AXIS))}</text>')
     if tl.get("ending"):
         out.append(f'<text x="{LEFT}" y="{axis_y + 32}" fill="#555">at the end: '
                    f'{escape(tl["ending"])}</text>')
+    out += [f'<text class="note" x="{LEFT}" y="{axis_y + 50 + 16 * i}">'
+            f"{escape(line)}</text>" for i, line in enumerate(notes)]
     out.append("</svg>")
     return "\n".join(out)
 
 
-def legend(kinds: set[str]) -> str:
-    """The marks that appear, as a small HTML legend."""
+def legend(kinds: set[str], leases: bool = True) -> str:
+    """The marks that appear, as a small HTML legend (`leases`: drawn too)."""
     items = []
     for kind, (_, _, label) in STYLE.items():
         if kind in kinds:
-            icon = (f'<svg width="16" height="16" viewBox="0 0 16 16">'
-                    f'{_shape(kind, 8, 8) if kind != "pause" else ""}'
+            icon = ('<svg width="16" height="16" viewBox="0 0 16 16">'
                     + (f'<rect x="1" y="5" width="14" height="6" '
-                       f'fill="{STYLE["pause"][1]}"/>' if kind == "pause" else "")
+                       f'fill="{STYLE[kind][1]}"/>' if _bar(kind)
+                       else _shape(kind, 8, 8))
                     + "</svg>")
             items.append(f"<span>{icon} {escape(label)}</span>")
-    items.append('<span><svg width="16" height="16"><rect x="1" y="3" width="14" '
-                 'height="10" fill="#1f77b4" fill-opacity="0.12" stroke="#1f77b4"/>'
-                 "</svg> an attempt's lease</span>")
+    if leases:
+        items.append('<span><svg width="16" height="16"><rect x="1" y="3" '
+                     'width="14" height="10" fill="#1f77b4" fill-opacity="0.12" '
+                     "stroke=\"#1f77b4\"/></svg> an attempt's lease</span>")
     items.append('<span><svg width="16" height="16"><circle cx="8" cy="8" r="6" '
                  'fill="none" stroke="#d62728" stroke-width="2.5"/></svg> '
                  "the step that broke the rule</span>")

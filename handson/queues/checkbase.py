@@ -21,6 +21,7 @@ class CheckResult:
     expected: str
     got: str
     hint: str = ""
+    timeline: dict | None = None      # a failing schedule, drawn by the grader
 
     def line(self) -> str:
         mark = "PASS" if self.ok else "FAIL"
@@ -32,14 +33,17 @@ class CheckResult:
 
 
 class _Failed(Exception):
-    def __init__(self, got: str, hint: str):
+    def __init__(self, got: str, hint: str, blame: str = ""):
         super().__init__(got)
-        self.got, self.hint = got, hint
+        self.got, self.hint, self.blame = got, hint, blame
+        self.timeline: dict | None = None     # the failing schedule, to draw
 
 
-def _need(condition: bool, got: str, hint: str) -> None:
+def _need(condition: bool, got: str, hint: str, blame: str = "") -> None:
+    """`blame`: which step of a drawn schedule broke the rule ("rival": the
+    other client's; by default the stopped call's)."""
     if not condition:
-        raise _Failed(got, hint)
+        raise _Failed(got, hint, blame)
 
 
 @dataclass

@@ -744,7 +744,8 @@ def _child(conn, name: str, spec: str, url: str, parent: int) -> None:
         got = check.fn(q, r, url)
         result = CheckResult(name, True, check.expected, str(got), "")
     except _Failed as err:
-        result = CheckResult(name, False, check.expected, err.got, err.hint)
+        result = CheckResult(name, False, check.expected, err.got, err.hint,
+                             err.timeline)
     except ContractError as err:
         result = CheckResult(name, False, check.expected, str(err),
                              "fix the module so it imports and has all seven "

@@ -14,6 +14,11 @@ refused), so every correct queue passes, however many round trips it makes.
 
 Deterministic: no schedule depends on timing but lease expiry, and a lease
 here is either far too short (expired before anyone looks) or 30 s.
+
+A failing schedule comes back as a timeline to draw (`schedule`, drawn by
+`handson.faults.timeline`): the stopped call's replies, the stop or the kill,
+the other client's calls and the rest of the call, in the order they ran,
+from this harness's own records.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from handson.queues.checkbase import (
     _check,
     _claim_all,
     _client,
+    _Failed,
     _need,
 )
 
@@ -102,10 +108,75 @@ def _each_reply(host, fn: str, setup, call, rival, judge, mode: str) -> int:
                   "process alone")
             _never_stopped(fn, before is not None and before != _state(ctx["b"]))
             return k - 1
-        judge(ctx, run)
+        try:
+            judge(ctx, run)
+        except _Failed as err:
+            err.timeline = schedule(fn, mode, run, err)
+            raise
         if mode == "pause" and run.replies <= k:
             return k
     return len(points)
+
+
+CHECK_OF = {"pause": "interleavings", "kill": "killed_between_replies"}
+RIVAL = "another client"
+
+
+def _rival_steps(rival: dict) -> list[str]:
+    """What the other client's calls returned, in the order they ran."""
+    steps = []
+    for key, value in rival.items():
+        if key == "claim":
+            steps.append("claim returned None" if value is None
+                         else f"claim gave {value[0]} as attempt {value[2]}")
+        elif key == "left":
+            steps.append(f"claims then got {[(j[0], j[2]) for j in value]}")
+        elif key == "dead":
+            steps.append(f"dead() listed {[d[0] for d in value]}")
+        else:
+            steps.append(f"{key} returned {value!r}")
+    return steps
+
+
+def schedule(fn: str, mode: str, run: Run, err: _Failed) -> dict:
+    """A failing schedule as a timeline (`handson.faults.timeline`): one lane
+    for the stopped call, one for the other client, the steps in order; the
+    step that broke the rule ringed (the kill; else the rest of the call, or
+    the other client's call when `err.blame` says so)."""
+    held = "stopped" if mode == "pause" else "killed"
+    lane = f"{fn} ({held})"
+    marks: list[dict] = []
+
+    def add(where, kind, text, bad=False, seconds=0.0):
+        marks.append({"t": len(marks), "lane": where, "kind": kind,
+                      "attempt": None, "text": text, "bad": bad,
+                      **({"seconds": seconds} if seconds else {})})
+
+    for i in range(1, run.k + 1):
+        add(lane, "reply", f"{fn} read Redis reply {i}")
+    rivals = _rival_steps(run.rival)
+    if mode == "pause":
+        add(lane, "stop", f"{fn} held after reply {run.k} while another client "
+            "ran", seconds=len(rivals) + 0.5)
+    else:
+        add(lane, "kill", f"{fn}'s process killed (SIGKILL) after reply "
+            f"{run.k}", bad=True)
+    for i, text in enumerate(rivals):
+        add(RIVAL, "rival", text, bad=err.blame == "rival" and i == len(rivals) - 1)
+    if mode == "pause":
+        for i in range(run.k + 1, run.replies + 1):
+            add(lane, "reply", f"{fn} read Redis reply {i}")
+        add(lane, "returned", f"{fn} returned {run.result!r}",
+            bad=err.blame != "rival")
+    where = (run.where(fn) if mode == "pause"
+             else f"{fn} killed after Redis reply {run.k}")
+    return {"job": f"{fn}-{held}-after-reply-{run.k}", "invariant": CHECK_OF[mode],
+            "title": f"{CHECK_OF[mode]}: {where}",
+            "lanes": [lane, RIVAL], "lease_s": 0, "leases": [], "ending": "",
+            "sentence": err.got, "ordinal": True,
+            "axis": "steps, in the order the grader ran them",
+            "marks": marks, "notes": [f"step {m['t']}: {m['text']}" for m in marks
+                                      if m["kind"] != "reply"]}
 
 
 def _kill_points(host, fn: str, setup, call) -> list[int]:
@@ -223,13 +294,14 @@ def _fenced(s: Scene, fn: str, args) -> int:
         if new is None:
             _need(fn != "fail", f"{scene}: the failed job was neither requeued "
                   "nor handed on", "a failed attempt's job goes back to pending "
-                  "at the next reap")
+                  "at the next reap", blame="rival")
             _need(run.result is True or run.result == 1,
                   f"{scene}; then {said}: the job is neither done nor pending",
                   ATOMIC_HINT)
             return
         _need(new[2] > old, f"{scene}: the new claim has attempt {new[2]}, "
-              f"not above {old}", "count the attempt in the claim's one step")
+              f"not above {old}", "count the attempt in the claim's one step",
+              blame="rival")
         if fn != "fail":
             _need(not run.result, f"{scene}; then {said} although attempt "
                   f"{new[2]} holds the job: a zombie was accepted", ATOMIC_HINT)

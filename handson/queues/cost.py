@@ -1,0 +1,156 @@
+"""What a queue costs the server per job: round trips, commands, CPU.
+
+A job's life is one enqueue, one claim and one ack; each is called JOBS times
+on an empty database and the server is asked before and after (INFO, on the
+caller's own connection: a queue's Redis user may not run it, nor reset the
+counters). Round trips are the reads the server made from its clients
+(`total_reads_processed`): a script, a pipeline or a MULTI/EXEC block sent at
+once is one, each WATCH or plain command another. Commands count those run
+inside scripts and transactions too. Both are exact and the same on every
+run; the server's CPU time (user + system) is not, on a busy machine, so it
+is only ever shown, never judged.
+
+The reference queue (`handson.q`) is measured the same way on the same
+server, so a learner sees the two side by side:
+
+    python -m handson.queues.cost myq.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from handson.queues.contract import ContractError, load_queue
+from handson.redis_server import cli_redis, connect, redis_url
+
+JOBS = 50
+LIMIT_S = 30        # the grader's limit for both queues' runs (a few s each)
+LEASE_S = 30.0
+PER_JOB = ("enqueue", "claim", "ack")
+REFERENCE = "handson.q"
+
+
+def _counters(judge) -> tuple[int, int, float]:
+    """(reads, commands, CPU µs) the server has done so far, in one INFO."""
+    info = judge.info("all")
+    commands = sum(v["calls"] for k, v in info.items()
+                   if k.startswith("cmdstat_") and k != "cmdstat_info")
+    cpu = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return int(info["total_reads_processed"]), commands, cpu * 1e6
+
+
+def _phase(judge, calls, overhead) -> dict:
+    """Counter deltas over `calls()`, less what asking costs (`overhead`)."""
+    before = _counters(judge)
+    n = calls()
+    after = _counters(judge)
+    d = [max(b - a - o, 0) for a, b, o in zip(before, after, overhead, strict=True)]
+    return {"calls": n, "round_trips": d[0] / n, "commands": d[1] / n,
+            "cpu_us": round(d[2] / n, 1)}
+
+
+def measure(q, r, judge, jobs: int = JOBS) -> dict:
+    """Per call of each of enqueue, claim, ack (and reap, with nothing to reap),
+    and their sum per job; `r` the queue's client, `judge` one that may INFO."""
+    r.flushdb()
+    for i in range(3):                # connections made, scripts loaded
+        q.enqueue(r, {"warm": i}, f"warm-{i}")
+    for _ in range(3):
+        job = q.claim(r, LEASE_S)
+        if job is not None:
+            q.ack(r, job[0], job[2])
+    q.reap(r, 3)
+    a = _counters(judge)
+    overhead = [b - x for x, b in zip(a, _counters(judge), strict=True)]
+    overhead[2] = 0.0                 # CPU: too small to tell from the noise
+    ids = [f"cost-{i}" for i in range(jobs)]
+    claimed: list = []
+
+    def enqueue():
+        for i in ids:
+            q.enqueue(r, {"doc": i}, i)
+        return jobs
+
+    def claim():
+        claimed.extend(q.claim(r, LEASE_S) for _ in ids)
+        return jobs
+
+    def ack():
+        for job in claimed:
+            if job is not None:
+                q.ack(r, job[0], job[2])
+        return jobs
+
+    def reap():
+        for _ in range(10):
+            q.reap(r, 3)
+        return 10
+
+    out = {name: _phase(judge, fn, overhead) for name, fn in
+           (("enqueue", enqueue), ("claim", claim), ("ack", ack), ("reap", reap))}
+    out["per_job"] = {k: round(sum(out[f][k] for f in PER_JOB), 2)
+                      for k in ("round_trips", "commands", "cpu_us")}
+    return out
+
+
+def compare(spec: str, url: str, jobs: int = JOBS) -> dict:
+    """The queue at `spec` and the reference, measured one after the other."""
+    judge = connect(url)
+    out = {"jobs": jobs}
+    for name, which in (("reference", REFERENCE), ("yours", spec)):
+        q = load_queue(which)
+        r = connect(url, decode_responses=True)
+        try:
+            out[name] = measure(q, r, judge, jobs)
+        finally:
+            r.flushdb()
+            r.close()
+            if hasattr(q, "close"):
+                q.close()
+    return out
+
+
+def advice(cost: dict) -> str:
+    """One sentence: where the queue's round trips exceed the reference's."""
+    yours, ref = cost["yours"], cost["reference"]
+    over = [(yours[f]["round_trips"] - ref[f]["round_trips"], f)
+            for f in (*PER_JOB, "reap")]
+    worst, fn = max(over)
+    if worst <= 0:
+        return ("as few round trips as the reference: each call is one step on "
+                "the server")
+    return (f"{fn} makes {yours[fn]['round_trips']:g} round trips per call where "
+            f"the reference makes {ref[fn]['round_trips']:g}: one Lua script can "
+            "do its reads and writes in one round trip")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("queue", help="module name (handson.q) or path (myq.py)")
+    ap.add_argument("--jobs", type=int, default=JOBS)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
+    with cli_redis(), redis_url() as url:
+        try:
+            cost = compare(args.queue, url, args.jobs)
+        except ContractError as err:
+            print(f"cannot measure: {err}", file=sys.stderr)
+            return 2
+    if args.json:
+        print(json.dumps(cost))
+        return 0
+    print(f"{'per job':<10}{'round trips':>14}{'commands':>10}{'server CPU µs':>15}")
+    for who in ("yours", "reference"):
+        c = cost[who]["per_job"]
+        print(f"{who:<10}{c['round_trips']:>14g}{c['commands']:>10g}"
+              f"{c['cpu_us']:>15g}")
+    print(advice(cost))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
