@@ -401,18 +401,26 @@ def _changed(run: ClassRun, ledger: Ledger, sub: Submission, graders,
     return True
 
 
+# A local cluster left with no worker this long is started afresh (at most
+# RESTARTS times) with what is still pending: grades are recorded once, so a
+# grade handed out twice costs time, never a second record.
+NO_WORKER_S, RESTARTS = 20.0, 3
+
+
 def _grade_todo(todo, run: ClassRun, ledger: Ledger, graders, quick: bool,
-                scheduler: str | None, say, start: float) -> None:
+                scheduler: str | None, say, start: float, restarts: int = 0
+                ) -> None:
     """Hand every submission in `todo` to the Dask workers; record each grade."""
     from distributed import wait
 
     client, cluster = _client(run.workers, scheduler)
+    left = None
     try:
         futures = {client.submit(grade_job, s.assignment, s.path.read_bytes(),
                                  quick, key=f"grade-{s.key}", pure=False): s
                    for s in todo}
         pending = set(futures)
-        last, shown = 0.0, None
+        last, shown, alone_since = 0.0, None, None
         while pending:
             try:
                 done, pending = wait(pending, timeout=1.0,
@@ -423,6 +431,16 @@ def _grade_todo(todo, run: ClassRun, ledger: Ledger, graders, quick: bool,
                 sub = futures[fut]
                 _settle(fut, sub, run, ledger, graders[sub.assignment])
             now = time.monotonic()
+            if cluster is not None and restarts < RESTARTS:
+                if client.scheduler_info()["workers"]:
+                    alone_since = None
+                elif alone_since is None:
+                    alone_since = now
+                elif now - alone_since > NO_WORKER_S:
+                    left = [futures[f] for f in pending]
+                    say(f"every grader of the local cluster is gone; starting "
+                        f"it again for the {len(left)} left")
+                    break
             processing = sum(len(v) for v in client.processing().values())
             state = (len(run.graded) - len(run.already), processing,
                      len(run.failed))
@@ -434,6 +452,9 @@ def _grade_todo(todo, run: ClassRun, ledger: Ledger, graders, quick: bool,
         client.close()
         if cluster is not None:
             cluster.close()
+    if left:
+        _grade_todo(left, run, ledger, graders, quick, scheduler, say, start,
+                    restarts + 1)
 
 
 def _settle(fut, sub: Submission, run: ClassRun, ledger: Ledger,

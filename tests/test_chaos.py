@@ -484,7 +484,5 @@ def test_graded_run_keeps_correct_queues_valid_with_its_quota(name, redis_url):
     crashes = f["crash_kills"]
     assert crashes["mid-call"] >= 1 and crashes["mid-claim"] >= 1, f
     assert crashes["on-poison"] >= report.config.max_attempts, f   # a deadly job
-    assert f["reaper_kills"] >= f["kills"] // report.config.workers - 1, f
     text = report.text()
     assert "at on-poison" in text and "zombies" in text
-    assert "reapers' clocks +3600 s off" in text
