@@ -53,12 +53,18 @@ def _with(url: str, user: str, password: str, dbname: str) -> str:
         netloc=f"{quote(user)}:{quote(password)}@{host}", path=f"/{dbname}"))
 
 
+_SETUP_LOCK = 0x656F5047          # any constant the cluster's users agree on
+
+
 def create(cluster_url: str) -> RunDatabase:
     """A fresh database on the cluster, its judge schema and its learner role."""
     name = f"learner_{secrets.token_hex(6)}"
     password = secrets.token_urlsafe(24)
     ident = sql.Identifier(name)
     with psycopg.connect(cluster_url, autocommit=True) as c:
+        # Runs made side by side revoke on the same shared databases: one at a
+        # time ("tuple concurrently updated" otherwise); the lock ends with c.
+        c.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK,))
         c.execute(sql.SQL("CREATE DATABASE {}").format(ident))
         c.execute(sql.SQL(
             "CREATE ROLE {} LOGIN PASSWORD {} NOSUPERUSER NOCREATEDB NOCREATEROLE "

@@ -142,8 +142,11 @@ def reap(r, max_attempts=3):
             requeued += 1
     return requeued, dead_n
 ''')]},
+        # The chaos run fails it either way, in words that depend on the race:
+        # a job handed out twice, or a run the queue's own code broke (a job
+        # acked between two of reap's round trips makes its int(None) raise).
         loses={"reap_atomic_concurrent": "ONE script",
-               "chaos_applied_once": "handed_out_twice"},
+               "chaos_applied_once": ""},
         keeps=["zombie_ack_refused", "claim_atomic_concurrent"]),
     "a2_poison_never_counts": dict(
         assignment="claim_ack_reap",
