@@ -130,15 +130,30 @@ class Chromium:
             raise RuntimeError(f"page script failed: {res['exceptionDetails']}")
         return res["result"].get("value")
 
-    def click(self, selector: str) -> None:
-        """A real mouse click in the middle of the element."""
+    def click(self, selector: str, timeout: float = 10.0) -> None:
+        """A real mouse click in the middle of the element.
+
+        Only once the element is what the browser would hit at that point: a
+        busy page (JupyterLab laying out a notebook) can still move it after
+        scrollIntoView, and a click at the old place lands on something else.
+        """
         sel = json.dumps(selector)
-        box = self.js(f"""(() => {{ const e = document.querySelector({sel});
-            if (!e) return null; e.scrollIntoView({{block: "center"}});
-            const r = e.getBoundingClientRect();
-            return [r.x + r.width / 2, r.y + r.height / 2]; }})()""")
-        if box is None:
-            raise LookupError(f"nothing on the page matches {selector}")
+        deadline = time.monotonic() + timeout
+        while True:
+            box = self.js(f"""(() => {{ const e = document.querySelector({sel});
+                if (!e) return null; e.scrollIntoView({{block: "center"}});
+                const r = e.getBoundingClientRect();
+                const x = r.x + r.width / 2, y = r.y + r.height / 2;
+                const hit = document.elementFromPoint(x, y);
+                return [x, y, !!hit && (hit === e || e.contains(hit))]; }})()""")
+            if box is None:
+                raise LookupError(f"nothing on the page matches {selector}")
+            if box[2]:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{selector} stayed covered or moving for "
+                                     f"{timeout:g} s; not clicked")
+            time.sleep(0.1)
         for kind in ("mousePressed", "mouseReleased"):
             self.send("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1],
                       button="left", clickCount=1)

@@ -62,6 +62,8 @@ def play(b: Chromium) -> dict:
            ".textContent) > 0", 20, "the pool to finish its first jobs")
     before = counters(b)
     b.click("[data-qsim=spike]")
+    b.poll("parseFloat(document.querySelector('[data-qsim-counter=waiting]')"
+           f".textContent) >= {before['waiting'] + 50}", 5, "the spike to queue")
     after_spike = counters(b)
     assert after_spike["waiting"] >= before["waiting"] + 50, (before, after_spike)
     report["spike"] = {"waiting_before": before["waiting"],

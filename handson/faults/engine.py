@@ -106,6 +106,10 @@ class ChaosConfig:
     ack_before_work: bool = False
     fused: bool = False              # workers ack and claim the next in one call
     drain_timeout_s: float = 120.0   # the whole run's budget; past it: unknown
+    # A run that cannot drain (poison and no attempt limit) ends, as unknown,
+    # once every job left undone has been claimed this often: keyed to claims,
+    # so a loaded machine shows the same loop, only later. 0: off.
+    loop_claims: int = 0
     pause_every: float = 0.0         # mean seconds between SIGSTOPs; 0 = none
     pause_s: float = 0.0             # how long a pause lasts; 0 = 1.5 leases
     reapers: int = 0                 # extra processes that only call reap()
@@ -591,10 +595,16 @@ class _Run:
         finally:
             con.close()
 
-    def _done(self, ids: set[str], queue, r) -> int:
+    def _undone(self, ids: set[str], queue, r) -> set[str]:
         applied = {row[0] for row in self.effects(queue, r)[0]}
         dead = {d[0] for d in queue.dead(r)}
-        return len(ids & (applied | dead))
+        return ids - applied - dead
+
+    def _looping(self, undone: set[str]) -> bool:
+        """Every job left has been claimed loop_claims times and none ends."""
+        n = self.cfg.loop_claims
+        return bool(n and undone and all(len(self.tally.claims_of.get(j, ())) >= n
+                                         for j in undone))
 
     def _workers_up(self) -> bool:
         """Every running worker has logged since it started: the queue is loaded.
@@ -771,7 +781,8 @@ class _Run:
                 self.server_clock.sample(r)
                 self._merge(ids, idset, wait=self.phase == "drain")
                 total = len(ids)
-                done = self._done(idset, queue, r)
+                undone = self._undone(idset, queue, r)
+                done = len(idset) - len(undone)
                 size = self._events_size()
                 if (done != last_done or not self._workers_up()
                         or (self.phase == "drain" and size != last_size)):
@@ -801,6 +812,10 @@ class _Run:
                     total = len(ids)
                 elif self.phase == "drain" and self._quiet(now - last_activity):
                     return "quiet", "", now - t0
+                if self.phase == "drain" and self._looping(undone):
+                    return ("timeout", f"{len(undone)} job(s) claimed at least "
+                            f"{cfg.loop_claims} times each and never ended",
+                            now - t0)
                 if now - t0 > cfg.drain_timeout_s:
                     return ("timeout", f"not drained after {cfg.drain_timeout_s:g} s "
                             f"({done}/{total} done)", now - t0)
