@@ -19,7 +19,8 @@ Two polling relay loops are here. `flag` selects `sent = 0` and is the one to
 use. `high-water` remembers the largest id it published and asks for `id >
 last`; it skips any row whose id was taken before a row with a larger id
 committed (see `handson.outbox_runs.out_of_order`). A third, `wal`, polls
-nothing: it reads committed inserts from PostgreSQL's log (`handson.wal_relay`).
+nothing: it reads committed inserts from PostgreSQL's log (`handson.wal_relay`);
+`wal-confirm-first` is that relay confirming before it enqueues, which loses jobs.
 
 As processes (what `handson.outbox_runs` starts and kills):
 
@@ -48,6 +49,8 @@ from handson.queues.contract import load_queue
 
 SAVE_MODES = ("commit-then-enqueue", "enqueue-then-commit", "outbox")
 RELAY_LOOPS = ("flag", "high-water")
+# the relay reading PostgreSQL's log, and the same relay confirming too early
+WAL_LOOPS = ("wal", "wal-confirm-first")
 TABLES = ("documents", "outbox", "outbox_seq", "relay_state", "summarized",
           "summaries", "inbox")
 
@@ -130,10 +133,11 @@ def save_with_id(db: Database, outbox_id: int, doc_id: int, body: str) -> None:
 def relay_batch(db: Database, r: redis.Redis, queue, loop: str = "flag",
                 batch: int = 100, pause: Pause = _no_pause) -> int:
     """Publish one batch of outbox rows; return how many were published."""
-    if loop == "wal":
+    if loop in WAL_LOOPS:
         from handson import wal_relay
 
-        return wal_relay.relay_batch(db, r, queue, batch, pause)
+        return wal_relay.relay_batch(db, r, queue, batch, pause,
+                                     confirm_first=loop == "wal-confirm-first")
     if loop == "flag":
         rows = db.query("SELECT id, doc_id FROM outbox WHERE sent = 0 "
                         "ORDER BY id LIMIT ?", (batch,))
@@ -243,14 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", choices=SAVE_MODES, default="outbox")
     p.add_argument("--docs", nargs=2, type=int, metavar=("FIRST", "END"),
                    help="save documents FIRST .. END-1")
-    p.add_argument("--loop", choices=(*RELAY_LOOPS, "wal"), default="flag")
+    p.add_argument("--loop", choices=(*RELAY_LOOPS, *WAL_LOOPS), default="flag")
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--once", action="store_true", help="relay: one batch only")
     p.add_argument("--unkeyed", action="store_true", help="consume without a key")
     p.add_argument("--inbox", action="store_true",
                    help="consume through the inbox (keyed on the message id)")
     p.add_argument("--pause-at", help="the named point: between (save: the "
-                   "document and its job; relay: publish and mark), inside "
+                   "document and its job; relay: publish and mark, or confirm and "
+                   "publish for wal-confirm-first), inside "
                    "(consume --inbox: message taken in, effect not written)")
     p.add_argument("--pause-n", type=int, help="the document / outbox id to stop at")
     p.add_argument("--limit-s", type=float, default=30.0)

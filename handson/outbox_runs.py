@@ -15,7 +15,10 @@ Three experiments, each from empty tables and an empty queue:
 - `slot_retention` (PostgreSQL): what a replication slot that nobody confirms
   keeps of the WAL while documents are saved, and what a confirm gives back.
 
-The relay experiments take `loop="wal"` too: the relay that reads the log.
+The relay experiments take `loop="wal"` too: the relay that reads the log;
+`relay_kills` also takes `loop="wal-confirm-first"`, the same relay confirming
+each transaction before its enqueue, killed between the two: it loses a job
+per kill instead of delivering one twice.
 
     python -m handson.outbox_runs          # all three tables, SQLite + a private Redis
 """
@@ -164,7 +167,7 @@ def relay_kills(bench: Bench, keyed: bool, docs: int = 100, kills: int = 3,
                 seed: int = 11, loop: str = "flag", inbox: bool = False
                 ) -> RelayRun:
     db = bench.fresh()
-    if loop == "wal":
+    if loop in outbox.WAL_LOOPS:
         wal_relay.fresh_slot(db)
     try:
         for doc_id in range(docs):
@@ -181,7 +184,7 @@ def relay_kills(bench: Bench, keyed: bool, docs: int = 100, kills: int = 3,
                         len(delivered), len(delivered) - len(set(delivered)),
                         applied, applied - distinct, docs - len(set(delivered)))
     finally:
-        if loop == "wal":
+        if loop in outbox.WAL_LOOPS:
             wal_relay.drop_slot(db)
         db.close()
 
@@ -304,7 +307,7 @@ def out_of_order_natural(bench: Bench, loop: str, writers: int = 8, seed: int = 
         raise ValueError("SQLite lets one transaction write at a time, so the "
                          "second insert would wait for the first commit; use "
                          "out_of_order() there")
-    if loop == "wal":
+    if loop in outbox.WAL_LOOPS:
         wal_relay.fresh_slot(db)        # before the writers' transactions begin
     conns = [Database(bench.target) for _ in range(writers)]
     try:
@@ -324,7 +327,7 @@ def out_of_order_natural(bench: Bench, loop: str, writers: int = 8, seed: int = 
     finally:
         for c in conns:
             c.close()
-        if loop == "wal":
+        if loop in outbox.WAL_LOOPS:
             wal_relay.drop_slot(db)
         db.close()
 
@@ -387,7 +390,7 @@ def lag(bench: Bench, loop: str, docs: int = 40, poll_s: float = 0.05,
     """A relay polling every poll_s while documents commit every gap_s: the
     time from each commit to its job's enqueue."""
     db = bench.fresh()
-    if loop == "wal":
+    if loop in outbox.WAL_LOOPS:
         wal_relay.fresh_slot(db)
     writer = Database(bench.target)
     stamped, stop = _Stamped(bench.queue), threading.Event()
@@ -413,7 +416,7 @@ def lag(bench: Bench, loop: str, docs: int = 40, poll_s: float = 0.05,
     finally:
         stop.set()
         thread.join(timeout=30)
-        if loop == "wal":
+        if loop in outbox.WAL_LOOPS:
             wal_relay.drop_slot(db)
         writer.close()
     doc_of = dict(db.query("SELECT id, doc_id FROM outbox"))

@@ -6,7 +6,10 @@ confirmed. The relay peeks at the changes, enqueues each committed `outbox`
 INSERT, and only then confirms that transaction (`pg_replication_slot_advance`
 to its COMMIT). Killed between the enqueue and the confirm, it peeks the same
 transaction again when it restarts: at-least-once, like the polling relay, and
-for the same reason the consumer keeps a key (or an inbox).
+for the same reason the consumer keeps a key (or an inbox). The other order,
+`confirm_first` (`--loop wal-confirm-first`), is here to be measured: killed
+between its confirm and its enqueue, it loses the transaction's jobs, since the
+slot is the relay's only memory of what it still owes.
 
 No `sent` flag is written and no id order is trusted: a row committed late
 comes out of the slot when it commits. The price is on the server's disk: the
@@ -57,9 +60,13 @@ def drop_slot(db: Database, slot: str = SLOT) -> None:
 
 
 def relay_batch(db: Database, r, queue, batch: int = 100, pause=None,
-                slot: str = SLOT) -> int:
+                slot: str = SLOT, confirm_first: bool = False) -> int:
     """Publish the outbox inserts of up to ~batch changes; confirm each
-    transaction after its jobs are enqueued. Returns how many were published."""
+    transaction after its jobs are enqueued. Returns how many were published.
+
+    `confirm_first` is the wrong order, kept to be measured: the transaction
+    is confirmed before its jobs are enqueued, so a relay killed between the
+    two has told the slot it owes nothing, and those jobs are never sent."""
     ensure_slot(db, slot)
     upto = db.query("SELECT pg_current_wal_lsn()::text")[0][0]
     rows = db.query("SELECT lsn::text, data FROM pg_logical_slot_peek_changes("
@@ -68,21 +75,39 @@ def relay_batch(db: Database, r, queue, batch: int = 100, pause=None,
         # Caught up: nothing committed before `upto` is unpublished, so the
         # slot may move there (past WAL that held nothing for it, as a
         # streaming client's keepalive does) and the server can let it go.
-        db.query("SELECT pg_replication_slot_advance(?, ?::pg_lsn)", (slot, upto))
+        _confirm(db, slot, upto)
         return 0
     published = 0
+    for commit_lsn, jobs in _transactions(rows):
+        if confirm_first:
+            _confirm(db, slot, commit_lsn)
+        for outbox_id, doc_id in jobs:
+            if confirm_first and pause:
+                pause("between", outbox_id)     # confirmed, not yet published
+            queue.enqueue(r, {"doc_id": doc_id, "outbox_id": outbox_id})
+            published += 1
+            if pause and not confirm_first:
+                pause("between", outbox_id)     # published, not yet confirmed
+        if not confirm_first:
+            _confirm(db, slot, commit_lsn)
+    return published
+
+
+def _transactions(rows):
+    """(COMMIT lsn, [(outbox id, doc id), ...]) for each transaction peeked."""
+    jobs = []
     for lsn, data in rows:
         m = _INSERT.match(data)
         if m:
-            outbox_id, doc_id = int(m[1]), int(m[2])
-            queue.enqueue(r, {"doc_id": doc_id, "outbox_id": outbox_id})
-            published += 1
-            if pause:
-                pause("between", outbox_id)     # published, not yet confirmed
+            jobs.append((int(m[1]), int(m[2])))
         elif data == "COMMIT":
-            db.query("SELECT pg_replication_slot_advance(?, ?::pg_lsn)",
-                     (slot, lsn))
-    return published
+            yield lsn, jobs
+            jobs = []
+
+
+def _confirm(db: Database, slot: str, lsn: str) -> None:
+    """Tell the slot everything before `lsn` is done: it never hands it out again."""
+    db.query("SELECT pg_replication_slot_advance(?, ?::pg_lsn)", (slot, lsn))
 
 
 def retained_wal(db: Database, slot: str = SLOT) -> int:

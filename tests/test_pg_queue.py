@@ -1,7 +1,8 @@
 """The queue inside PostgreSQL and the relay that reads its log, on a real
 server with real SIGKILLs: the contract's checks, the chaos engine with the
 effect in the ack's transaction, the WAL relay killed between enqueue and
-confirm, the slot's retained WAL, and the consumer's inbox."""
+confirm (and, in the wrong order, between confirm and enqueue), the slot's
+retained WAL, and the consumer's inbox."""
 
 import psycopg
 import pytest
@@ -108,6 +109,23 @@ def test_wal_relay_killed_before_confirming_duplicates_and_loses_nothing(
         bench.close()
     assert run_.lost == 0
     assert run_.duplicate_deliveries == run_.duplicate_effects == 3
+
+
+def test_wal_relay_confirming_before_the_enqueue_loses_a_job_per_kill(
+        pgq_url, redis_url):
+    """The wrong order, killed at the same points: each kill lands after the
+    slot was told the transaction is done and before its job was enqueued, so
+    the restarted relay never sees that row again."""
+    bench = outbox_runs.Bench(pgq_url, redis_url, own_redis=True)
+    try:
+        run_ = outbox_runs.relay_kills(bench, False, docs=30, kills=3,
+                                       loop="wal-confirm-first")
+    finally:
+        bench.close()
+    # every kill landed (run_or_kill raises otherwise), one transaction each
+    assert run_.relay_kills == 3 and run_.lost == run_.relay_kills
+    assert run_.deliveries == run_.documents - run_.lost
+    assert run_.duplicate_deliveries == run_.duplicate_effects == 0
 
 
 def test_wal_relay_publishes_rows_committed_out_of_id_order(pgq_url, redis_url):
