@@ -15,6 +15,11 @@ one. An outbox module (save_document, relay_once, summarize) and a claims module
 (send_confirmation, award_points) are graded as the assignments grade them,
 outbox_relay and idempotent_claims: their runs kill the learner's code at the
 named points, in the sandbox, on a copy of the module.
+
+Each module but a folder's correct one holds only what it changes: it puts its
+own folder first on sys.path and star-imports the correct one (`mini_correct`
+among the queues, `correct` in the other folders), so an outbox or claims
+module is graded with a copy of its folder's `correct.py` beside it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ ROOT = notebook.REPO / "tests" / "corpus"
 CORPUS = ROOT / "queues"
 FILE_KINDS = ("outbox", "claims")     # graded as their assignment grades them
 MUTANT = "Broken on purpose:"
+BASE = "correct.py"     # what the other modules of an outbox or claims folder import
 REFERENCE = "handson.q"
 # Cheap and most telling first; the slow concurrent ones last.
 FIRST = ("enqueue_idempotent", "claim_returns_payload_and_attempt",
@@ -117,7 +123,8 @@ def folders(folder: Path | None) -> list[Path]:
 
 def grade_file(name: str, spec: str, mutant: bool, url: str, kind: str) -> Graded:
     """An outbox or claims module, graded like a learner's, on a copy of it in a
-    folder of its own (the run's work dir)."""
+    folder of its own (the run's work dir), beside a copy of the correct module
+    it imports."""
     from autograder import idempotent_claims, outbox_relay
 
     evaluate = {"outbox": outbox_relay, "claims": idempotent_claims}[kind]
@@ -126,6 +133,7 @@ def grade_file(name: str, spec: str, mutant: bool, url: str, kind: str) -> Grade
     with tempfile.TemporaryDirectory(prefix="eo-corpus-") as work:
         copy = Path(work) / evaluate.MODULE_FILE
         shutil.copyfile(spec, copy)
+        shutil.copyfile(Path(spec).with_name(BASE), Path(work) / BASE)
         ev = evaluate.evaluate_file(str(copy), url)
     for o in ev.outcomes:
         if o.ok:
@@ -218,6 +226,10 @@ def main(folder: str | None, workers: int) -> int:
     path = Path(folder) if folder else None
     if path is not None and not path.is_dir():
         print(f"cannot grade: {path} is not a folder of corpus modules",
+              file=sys.stderr)
+        return 2
+    if path is not None and kind_of(path) != "queues" and not (path / BASE).is_file():
+        print(f"cannot grade: {path} has no {BASE}, the module its others import",
               file=sys.stderr)
         return 2
     with redis_url() as url:

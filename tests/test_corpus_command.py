@@ -8,10 +8,12 @@ modules (graded by their assignments' sandboxed runs, a minute or two each) are
 listed here, and graded by the command without a folder, not by the suite.
 """
 
+import ast
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -72,6 +74,43 @@ def test_the_corpus_spans_the_assignments():
     for kind in ("outbox", "claims"):
         mine = [m for name, _, m in found if name.startswith(kind + "/")]
         assert mine.count(True) >= 4 and mine.count(False) >= 2, (kind, mine)
+
+
+def _top_level(path) -> dict[str, str]:
+    """A module's functions and assignments by name, each as its syntax tree."""
+    out = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef):
+            out[node.name] = ast.dump(node)
+        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            out[node.targets[0].id] = ast.dump(node)
+    return out
+
+
+@pytest.mark.parametrize("kind", corpus.FILE_KINDS)
+def test_each_module_holds_only_what_it_changes(kind):
+    """An outbox or claims module star-imports its folder's correct one and
+    defines nothing the correct one defines alike."""
+    folder = corpus.ROOT / kind
+    base = _top_level(folder / corpus.BASE)
+    others = [p for p in sorted(folder.glob("*.py")) if p.name != corpus.BASE]
+    assert others
+    for path in others:
+        imports = [n.module for n in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(n, ast.ImportFrom) and n.names[0].name == "*"]
+        assert imports == [Path(corpus.BASE).stem], path
+        mine = _top_level(path)
+        assert mine and not [n for n, tree in mine.items()
+                             if base.get(n) == tree], path
+
+
+def test_a_folder_without_its_correct_module_is_refused(tmp_path):
+    folder = tmp_path / "claims"
+    folder.mkdir()
+    (folder / "wrong.py").write_text('"""Broken on purpose: no base."""\n')
+    out = subprocess.run([sys.executable, "-m", "autograder", "corpus",
+                          str(folder)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "has no correct.py" in out.stderr, out.stderr
 
 
 def test_a_folder_that_is_not_one_is_refused(tmp_path):

@@ -1,28 +1,13 @@
 """Another correct policy, written down: a stale claim is sent again."""
-from handson.confirmation_job import send_email
 
-JOB_TYPE = "send_confirmation"
-POINTS_JOB = "award_points"
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import correct  # the claims solution; below, what this one changes
+from correct import *
+
 POLICY = "duplicate"
-
-
-def claim(db, job_type, key, now):
-    rows = db.query(
-        "INSERT INTO handled_operations (job_type, operation_key, status, claimed_at)"
-        " VALUES (?, ?, 'claimed', ?)"
-        " ON CONFLICT (job_type, operation_key) DO NOTHING RETURNING id",
-        (job_type, key, now))
-    return rows[0][0] if rows else None
-
-
-def read(db, job_type, key):
-    return db.query("SELECT id, status, claimed_at FROM handled_operations"
-                    " WHERE job_type = ? AND operation_key = ?", (job_type, key))[0]
-
-
-def complete(db, op_id, now):
-    db.run("UPDATE handled_operations SET status = 'completed', completed_at = ?"
-           " WHERE id = ?", (now, op_id))
 
 
 def stale(db, mailer, key, op_id, now, pause):
@@ -37,31 +22,4 @@ def stale(db, mailer, key, op_id, now, pause):
     return "resent"
 
 
-def send_confirmation(db, mailer, key, now, lease_s, pause):
-    op_id = claim(db, JOB_TYPE, key, now)
-    if op_id is not None:
-        pause("after-claim")
-        send_email(mailer, key)
-        pause("after-email")
-        complete(db, op_id, now)
-        return "sent"
-    op_id, status, claimed_at = read(db, JOB_TYPE, key)
-    if status == "completed":
-        return "skip:completed"
-    if now - claimed_at < lease_s:
-        return "skip:in-progress"
-    return stale(db, mailer, key, op_id, now, pause)
-
-
-def award_points(db, key, now, lease_s, pause):
-    with db.transaction():
-        op_id = claim(db, POINTS_JOB, key, now)
-        if op_id is not None:
-            pause("after-claim")
-            db.run("INSERT INTO points_ledger (order_key, points) VALUES (?, ?)",
-                   (key, 10))
-            pause("after-effect")
-            complete(db, op_id, now)
-    if op_id is not None:
-        return "applied"
-    return "skip:" + read(db, POINTS_JOB, key)[1]
+correct.stale = stale   # the solution's claimed_before calls it by that name

@@ -33,20 +33,25 @@ def stale(db, mailer, key, op_id, now, pause):
     return "held"
 
 
-def send_confirmation(db, mailer, key, now, lease_s, pause):
-    op_id = claim(db, JOB_TYPE, key, now)
-    if op_id is not None:
-        pause("after-claim")
-        send_email(mailer, key)
-        pause("after-email")
-        complete(db, op_id, now)
-        return "sent"
+def claimed_before(db, mailer, key, now, lease_s, pause):
+    """The key was claimed already: done, still in progress, or stale."""
     op_id, status, claimed_at = read(db, JOB_TYPE, key)
     if status == "completed":
         return "skip:completed"
     if now - claimed_at < lease_s:
         return "skip:in-progress"
     return stale(db, mailer, key, op_id, now, pause)
+
+
+def send_confirmation(db, mailer, key, now, lease_s, pause):
+    op_id = claim(db, JOB_TYPE, key, now)
+    if op_id is None:
+        return claimed_before(db, mailer, key, now, lease_s, pause)
+    pause("after-claim")
+    send_email(mailer, key)
+    pause("after-email")
+    complete(db, op_id, now)
+    return "sent"
 
 
 def award_points(db, key, now, lease_s, pause):

@@ -1,12 +1,11 @@
 """Another correct outbox: the relay deletes a row once published; the consumer
 looks its key up inside the transaction."""
 
+import sys
+from pathlib import Path
 
-def save_document(db, doc_id, body, pause):
-    with db.transaction():
-        db.run("INSERT INTO documents (id, body) VALUES (?, ?)", (doc_id, body))
-        pause("between", doc_id)
-        db.run("INSERT INTO outbox (doc_id) VALUES (?)", (doc_id,))
+sys.path.insert(0, str(Path(__file__).parent))
+from correct import *  # the outbox solution; below, what this one changes
 
 
 def relay_once(db, r, queue, pause, batch=100):

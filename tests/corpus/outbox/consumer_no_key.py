@@ -1,21 +1,10 @@
 """Broken on purpose: the consumer applies its effect on every delivery."""
 
+import sys
+from pathlib import Path
 
-def save_document(db, doc_id, body, pause):
-    with db.transaction():
-        db.run("INSERT INTO documents (id, body) VALUES (?, ?)", (doc_id, body))
-        pause("between", doc_id)
-        db.run("INSERT INTO outbox (doc_id) VALUES (?)", (doc_id,))
-
-
-def relay_once(db, r, queue, pause, batch=100):
-    rows = db.query("SELECT id, doc_id FROM outbox WHERE sent = 0 ORDER BY id"
-                    " LIMIT ?", (batch,))
-    for outbox_id, doc_id in rows:
-        queue.enqueue(r, {"doc_id": doc_id, "outbox_id": outbox_id})
-        pause("between", outbox_id)
-        db.run("UPDATE outbox SET sent = 1 WHERE id = ?", (outbox_id,))
-    return len(rows)
+sys.path.insert(0, str(Path(__file__).parent))
+from correct import *  # the outbox solution; below, the one bug
 
 
 def summarize(db, doc_id):

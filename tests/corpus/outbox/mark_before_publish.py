@@ -1,11 +1,10 @@
 """Broken on purpose: the relay marks a row sent, then publishes it."""
 
+import sys
+from pathlib import Path
 
-def save_document(db, doc_id, body, pause):
-    with db.transaction():
-        db.run("INSERT INTO documents (id, body) VALUES (?, ?)", (doc_id, body))
-        pause("between", doc_id)
-        db.run("INSERT INTO outbox (doc_id) VALUES (?)", (doc_id,))
+sys.path.insert(0, str(Path(__file__).parent))
+from correct import *  # the outbox solution; below, the one bug
 
 
 def relay_once(db, r, queue, pause, batch=100):
@@ -17,13 +16,3 @@ def relay_once(db, r, queue, pause, batch=100):
         pause("between", outbox_id)
         queue.enqueue(r, {"doc_id": doc_id, "outbox_id": outbox_id})
     return len(rows)
-
-
-def summarize(db, doc_id):
-    with db.transaction():
-        if not db.query("INSERT INTO summarized (doc_id) VALUES (?)"
-                        " ON CONFLICT (doc_id) DO NOTHING RETURNING doc_id",
-                        (doc_id,)):
-            return False
-        db.run("INSERT INTO summaries (doc_id) VALUES (?)", (doc_id,))
-    return True
