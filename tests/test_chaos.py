@@ -394,8 +394,8 @@ def test_a_crash_point_may_carry_its_own_probability(redis_url):
     # the quota counts the dice's point only; poison keeps coming while it runs
     cfg = ChaosConfig(docs=20, workers=2, kill_every=0, lease_s=0.3, iters=500,
                       poison_every=10, crash_points=("after-commit", "on-poison:1"),
-                      crash_p=0.02, min_crash_kills=4, seed=5)
-    assert cfg.quota == {"crash:after-commit": 4}
+                      crash_p=0.05, min_crash_kills=3, seed=5)
+    assert cfg.quota == {"crash:after-commit": 3}
     report = _run(cfg, redis_url)
     assert report.verdict == "valid", report.text()
     assert report.stats["faults"]["crash_kills"]["on-poison"] >= 3, report.stats

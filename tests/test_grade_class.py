@@ -1,6 +1,6 @@
 """Grading a class: parallel, a grader killed mid-run, nothing recorded twice.
 
-A class of generated submissions (every solution, every untouched exercise,
+A class of generated submissions (solutions, every untouched exercise,
 wrong submissions of every assignment, hostile notebooks) is graded by two Dask
 workers while one is killed with SIGKILL; then re-run; then one submission
 changes. The gradebook has one record each, and equals grading alone one
@@ -41,12 +41,11 @@ FROM_CORPUS = {"a1_effect_then_key", "a2_ack_no_fence", "a2_syntax_error",
                "a2_alt_streams"}
 # Graded alone again to compare with the class: one of each kind (solution,
 # untouched exercise, wrong, correct written differently, hostile) and every
-# assignment; the class's other notebooks are graded alone by other tests.
-ALONE = {"solution-delivery-semantics", "solution-claim-ack-reap",
-         "solution-heartbeats", "solution-idempotent-claims",
-         "solution-outbox-relay", "stub-claim-ack-reap", "a2-ack-no-fence",
-         "a3-no-final-lease-check", "claims-effect-in-two-transactions",
-         "a2-alt-streams", "hostile-fill", "hostile-redis"}
+# assignment between them; the class's other notebooks are graded alone by
+# other tests (the solutions by test_autograder, the corpus's by its test).
+ALONE = {"solution-delivery-semantics", "solution-outbox-relay",
+         "stub-claim-ack-reap", "a3-no-final-lease-check",
+         "claims-effect-in-two-transactions", "a2-alt-streams", "hostile-redis"}
 
 HOSTILE = {
     # Ends its own kernel and every process it can reach in its group.
@@ -82,8 +81,11 @@ def make_class(root: Path) -> dict[str, Path]:
         made[name] = corpus.build(name, scratch, notebook.SOURCE_DIR)
     for a in ("delivery_semantics", "claim_ack_reap", "heartbeats",
               "idempotent_claims", "outbox_relay"):
-        made[f"solution_{a}"] = notebook.source_notebook(a)
         made[f"stub_{a}"] = notebook.RELEASE_DIR / a / f"{a}.ipynb"
+    # Three solutions: heartbeats and idempotent_claims are in the class as
+    # the corpus's wrong versions (a full grade each, as long as a solution's).
+    for a in ("delivery_semantics", "claim_ack_reap", "outbox_relay"):
+        made[f"solution_{a}"] = notebook.source_notebook(a)
     for name, code in HOSTILE.items():
         made[name] = _hostile(name, code, scratch)
     made["hostile_redis"] = attacker(scratch / "hostile_redis", root / VICTIM)
