@@ -342,6 +342,7 @@ class Worker:
         Every reaper calls at the same ticks of the wall clock, so whenever a
         lease runs out, the next tick has all of them inside reap() at once.
         """
+        self.events.log("start")
         while not self.stopping:
             self.reap()
             time.sleep(REAP_TICK_S - time.time() % REAP_TICK_S)

@@ -635,10 +635,11 @@ class _Run:
         return sum(e.stat().st_size for e in os.scandir(self.events_dir))
 
     def _wait_ready(self, deadline: float) -> None:
-        """Until every first worker has started logging (or died, or 30 s)."""
+        """Until every first worker and reaper has started logging (or one
+        died, or 30 s): a reaper still starting on a loaded machine races no one."""
         while time.monotonic() < deadline:
-            if (len(os.listdir(self.events_dir)) >= self.cfg.workers
-                    or any(p.poll() is not None for p in self.procs)):
+            if (len(os.listdir(self.events_dir)) >= self.cfg.workers + self.cfg.reapers
+                    or any(p.poll() is not None for p in (*self.procs, *self.reapers))):
                 return
             time.sleep(TICK_S)
 

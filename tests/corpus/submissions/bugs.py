@@ -142,11 +142,13 @@ def reap(r, max_attempts=3):
             requeued += 1
     return requeued, dead_n
 ''')]},
-        # The chaos run fails it either way, in words that depend on the race:
-        # a job handed out twice, or a run the queue's own code broke (a job
-        # acked between two of reap's round trips makes its int(None) raise).
+        # Two contract checks stop it on every run. The chaos run needs two
+        # reapers inside the same expired lease at once: it failed this queue
+        # in most runs (a job handed out twice, or int(None) raised by a job
+        # acked between two of reap's round trips), but one run in a loaded
+        # suite saw no such race, so it is not asserted here.
         loses={"reap_atomic_concurrent": "ONE script",
-               "chaos_applied_once": ""},
+               "interleavings": ""},
         keeps=["zombie_ack_refused", "claim_atomic_concurrent"]),
     "a2_poison_never_counts": dict(
         assignment="claim_ack_reap",
