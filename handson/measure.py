@@ -467,10 +467,18 @@ def _spike(r, url, pool, p, capacity, rate, burst) -> Lag:
     # sample until the burst has drained (and a little after), or give up at 4x
     # the drain time the arithmetic predicts: a busy machine drains slower.
     give_up = burst_at + 4.0 * expected_drain + max(2.0, 10 * p["sample_s"])
+    # Past give_up the arrivals stop, so the backlog still drains (at capacity)
+    # on a machine busier now than when the capacity was measured.
+    hard_stop = give_up + 4.0 * burst / max(capacity, 1e-9) + 30.0
     drained_at = None
     next_sample = t0
     try:
-        while (now := time.monotonic()) - t0 < give_up:
+        while (now := time.monotonic()) - t0 < hard_stop:
+            if now - t0 >= give_up and not stop.is_set():
+                stop.set()
+                _log(f"  the burst had not drained after {give_up:.0f} s: arrivals "
+                     "are at or above what the workers manage on this machine "
+                     "right now; the producer stops so the backlog can drain")
             if not burst_done and now - t0 >= burst_at:
                 fill(r, 2 * first, burst)
                 burst_done = True
@@ -490,8 +498,7 @@ def _spike(r, url, pool, p, capacity, rate, burst) -> Lag:
         stop.set()
         thread.join(timeout=10)
     if drained_at is None:
-        _log(f"  warning: the burst had not drained after {give_up:.0f} s: arrivals "
-             "are at or above what the workers manage on this machine right now")
+        _log(f"  warning: the backlog had not drained after {hard_stop:.0f} s")
     arrival = sent["n"] / sent["t"] if sent["t"] else rate
     return Lag(p["workers"], capacity, arrival, burst, burst_at, samples,
                drain_slope(samples, burst_at))

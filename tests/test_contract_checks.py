@@ -403,3 +403,17 @@ def test_the_other_clients_step_is_ringed_when_it_broke_the_rule(tmp_path,
     bad = [m for m in res.timeline["marks"] if m["bad"]]
     assert len(bad) == 1 and bad[0]["lane"] == "another client", bad
     assert bad[0]["text"].endswith("as attempt 1")
+
+
+def test_a_heartbeat_that_came_late_is_not_judged(tmp_path, redis_url):
+    """A beat held past the lease by a busy machine (here: an extend that sleeps
+    before it runs) lets a correct lease run out; such trials are not judged."""
+    path = tmp_path / "slowbeat.py"
+    path.write_text(SOURCE.replace("def extend(", "def _extend_now(", 1) + '''
+
+def extend(r, job_id, attempt, lease_s, *, queue="q"):
+    time.sleep(0.45)
+    return _extend_now(r, job_id, attempt, lease_s, queue=queue)
+''')
+    [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
+    assert res.ok and res.got.startswith("not judged"), res
