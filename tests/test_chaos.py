@@ -483,6 +483,8 @@ def test_graded_run_keeps_correct_queues_valid_with_its_quota(name, redis_url):
     assert f["kills"] >= 20 and f["pauses"] >= 5 and f["zombies"] >= 1, f
     crashes = f["crash_kills"]
     assert crashes["mid-call"] >= 1 and crashes["mid-claim"] >= 1, f
-    assert crashes["on-poison"] >= report.config.max_attempts, f   # a deadly job
+    # A deadly job, buried: each attempt dies at on-poison unless a random kill
+    # of its worker came first (one did in a loaded suite: 2 of 3 at on-poison).
+    assert crashes["on-poison"] >= 1 and report.stats["dlq"] >= 1, f
     text = report.text()
     assert "at on-poison" in text and "zombies" in text

@@ -715,7 +715,8 @@ def _heartbeat_trial(q, r, url, lease: float, span: float, job_id: str):
     """(reaped, extends refused, job), or None when a beat came too late to count.
 
     A loaded machine can hold the beating thread past the lease: the lease then
-    runs out on a correct queue. Such a trial says nothing about extend.
+    runs out on a correct queue. Only what happened while every beat so far had
+    kept time (up to a lease after the last timely one) is judged.
     """
     q.enqueue(r, {"doc_id": 10}, job_id)
     job = q.claim(r, lease)
@@ -724,31 +725,45 @@ def _heartbeat_trial(q, r, url, lease: float, span: float, job_id: str):
     beats = [time.monotonic()]
     stop = threading.Event()
     refused: list = []
+    errors: list = []
     hb = _client(url)
 
     def beat():
         while not stop.wait(lease / 3):
-            if not q.extend(hb, job_id, job[2], lease):
-                refused.append(time.monotonic())
-            beats.append(time.monotonic())
+            try:
+                ok = q.extend(hb, job_id, job[2], lease)
+            except Exception as err:  # reported below, as the check's failure
+                errors.append(f"{type(err).__name__}: {err}")
+                return
+            now = time.monotonic()
+            if not ok:
+                refused.append(now)
+            beats.append(now)
 
     t = threading.Thread(target=beat, daemon=True)
     t.start()
-    reaped = [0, 0]
+    reaps: list = []                   # (when, requeued, dead)
     end = time.monotonic() + span
     try:
         while time.monotonic() < end:
             a, b = q.reap(r, 3)
-            reaped[0] += a
-            reaped[1] += b
+            if a or b:
+                reaps.append((time.monotonic(), a, b))
             time.sleep(0.03)
     finally:
         stop.set()
         t.join(5)
     beats.append(time.monotonic())
-    if max(b - a for a, b in zip(beats, beats[1:], strict=False)) > 0.8 * lease:
+    _need(not errors, f"extend raised {errors[0]}" if errors else "",
+          "extend must return True while the caller holds the lease")
+    late = [a for a, b in zip(beats, beats[1:], strict=False) if b - a > 0.8 * lease]
+    cutoff = late[0] + lease if late else float("inf")
+    reaped = [sum(x[1] for x in reaps if x[0] < cutoff),
+              sum(x[2] for x in reaps if x[0] < cutoff)]
+    refused_n = sum(1 for x in refused if x < cutoff)
+    if late and reaped == [0, 0] and not refused_n:
         return None
-    return reaped, len(refused), job
+    return reaped, refused_n, job
 
 
 # The checks that stop a call between its round trips live in a module of their
