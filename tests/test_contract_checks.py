@@ -405,9 +405,34 @@ def test_the_other_clients_step_is_ringed_when_it_broke_the_rule(tmp_path,
     assert bad[0]["text"].endswith("as attempt 1")
 
 
-def test_a_heartbeat_that_came_late_is_not_judged(tmp_path, redis_url):
-    """A beat held past the lease by a busy machine (here: an extend that sleeps
-    before it runs) lets a correct lease run out; such trials are not judged."""
+def test_a_heartbeat_held_by_a_stalled_machine_is_not_judged(tmp_path, redis_url):
+    """A machine that stops the whole check past the lease (here: the process
+    group is stopped once a trial, and resumed 0.7 s later) lets a correct lease
+    run out; such trials are not judged."""
+    path = tmp_path / "stalled.py"
+    path.write_text(SOURCE.replace("def extend(", "def _extend_now(", 1) + '''
+
+import os, signal, subprocess
+_calls = {}
+
+
+def extend(r, job_id, attempt, lease_s, *, queue="q"):
+    key = (job_id, attempt)
+    _calls[key] = _calls.get(key, 0) + 1
+    if _calls[key] == 3:
+        group = os.getpgid(0)
+        subprocess.Popen(["sh", "-c", f"sleep 0.7; kill -CONT -{group}"],
+                         start_new_session=True)
+        os.killpg(group, signal.SIGSTOP)
+    return _extend_now(r, job_id, attempt, lease_s, queue=queue)
+''')
+    [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
+    assert res.ok and res.got.startswith("not judged"), res
+
+
+def test_an_extend_slow_on_its_own_is_judged(tmp_path, redis_url):
+    """An extend that sleeps before it runs is late by its own doing, not the
+    machine's: the lease runs out and the check fails, naming the slow extend."""
     path = tmp_path / "slowbeat.py"
     path.write_text(SOURCE.replace("def extend(", "def _extend_now(", 1) + '''
 
@@ -416,4 +441,4 @@ def extend(r, job_id, attempt, lease_s, *, queue="q"):
     return _extend_now(r, job_id, attempt, lease_s, queue=queue)
 ''')
     [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
-    assert res.ok and res.got.startswith("not judged"), res
+    assert not res.ok and "extend took" in res.got, res
