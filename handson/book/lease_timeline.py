@@ -52,10 +52,12 @@ def record(url: str, seeds: tuple[int, ...] = (1, 2, 3, 4), job_s: float = 0.6,
         # Pauses held until the other worker claims the reaped job (zombie
         # pauses), keyed to claims, and a quota of one zombie that keeps the
         # run going until it has one: built, not a race between a pause and
-        # the end of a short backlog on a loaded machine.
+        # the end of a short backlog on a loaded machine. The new holder waits
+        # up to 3 s for the zombie's answer: on a busy machine a zombie woken
+        # for half a lease may not have run at all (no refusal to draw).
         cfg = ChaosConfig(docs=4, workers=2, iters=iters, lease_s=lease_s,
                           kill_every=0, pause_every_claims=2, pause_s=20 * lease_s,
-                          zombie_pauses=True, min_zombies=1, seed=seed)
+                          zombie_pauses=True, min_zombies=1, hold_s=3.0, seed=seed)
         with tempfile.TemporaryDirectory(prefix="eo-lease-") as work:
             rep = chaos_run(cfg, redis_url=url, workdir=work)
             events = _read_events(Path(work) / "events")
@@ -68,7 +70,8 @@ def record(url: str, seeds: tuple[int, ...] = (1, 2, 3, 4), job_s: float = 0.6,
                     "seed": seed,
                     "verdict": rep.verdict, "pauses": rep.stats["pauses"],
                     "applied": rep.stats["applied_histogram"]}
-    raise RuntimeError(f"no zombie in {len(seeds)} runs with pauses")
+    raise RuntimeError(f"no zombie in {len(seeds)} runs with pauses; the last: "
+                       f"{rep.verdict}, faults {rep.stats.get('faults')}")
 
 
 def attempts(rec: dict) -> dict[int, dict]:

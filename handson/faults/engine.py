@@ -144,6 +144,11 @@ class ChaosConfig:
     # newer attempt for certain; a pause ends at pause_s (or 6 leases) anyway.
     zombie_pauses: bool = False
     min_zombies: int = 0             # quota: zombies that answered past a new claim
+    # How long the new holder may be stopped waiting for the zombie's answer
+    # (0: half a lease, so its own lease never runs out meanwhile). Longer makes
+    # the zombie answer for certain on a loaded machine; the holder's lease may
+    # then run out too, which a correct queue survives.
+    hold_s: float = 0.0
     # The effect and the ack as one transaction in the queue's own database
     # (the queue's `finish`; its `effects` is then the ledger), not results.db.
     tx_effect: bool = False
@@ -552,7 +557,7 @@ class _Run:
                     if (h is not None and h not in self.paused
                             and self.tally.job_of(holder) == job):
                         self._signal(self.procs[h], signal.SIGSTOP)
-                        self.paused[h] = now + self.cfg.lease_s / 2
+                        self.paused[h] = now + (self.cfg.hold_s or self.cfg.lease_s / 2)
                         self.holds[h] = (pid, job)
                         self.zombies_made += 1
                     self._resume(slot)
