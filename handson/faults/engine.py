@@ -418,6 +418,7 @@ class _Run:
         self.reaper_kills = 0                       # beside the workers' kills
         self.reaper_armed: tuple[int, int] | None = None  # (pid, arms spent then)
         self.reaper_stop: dict | None = None        # the reaper pause under way
+        self.reaper_pauses_buried = 0               # ... on jobs bound for the DLQ
         # (t_ns stopped, pid, jobs it had read, t_ns resumed, one claimed again)
         self.reaper_pauses: list[tuple[int, int, list[str], int, bool]] = []
         self.started: list[subprocess.Popen] = []
@@ -505,7 +506,8 @@ class _Run:
         """Arm the first reaper for a pause (SIGUSR1); False while it cannot be:
         not up yet, stopped, or its last arm not spent."""
         p = self.reapers[0]
-        spent = len(self.tally.reaper_paused) + self.tally.no_gap
+        spent = (len(self.reaper_pauses) + self.reaper_pauses_buried
+                 + self.tally.no_gap)
         if (p.poll() is not None or self.reaper_stop is not None
                 or not (self.events_dir / f"{p.pid}.jsonl").exists()
                 or self.reaper_armed and self.reaper_armed[0] == p.pid
@@ -547,6 +549,14 @@ class _Run:
                 return
             st["until"] = now + 2 * self.cfg.lease_s
         t, last_claim = st["t"], self.tally.last_claim
+        # a job claimed max_attempts times goes to the DLQ, never to a worker:
+        # a pause on such jobs only is no test; it ends at once, uncounted
+        if not any(len(self.tally.claims_of.get(j, ())) < self.cfg.max_attempts
+                   for j in st["jobs"]):
+            self._signal(p, signal.SIGCONT)
+            self.reaper_pauses_buried += 1
+            self.reaper_stop = None
+            return
         moved = all(max(last_claim.get(j, 0), self.tally.last_end.get(j, 0)) > t
                     for j in st["jobs"])
         if not (moved or now >= st["until"]):
@@ -1306,6 +1316,13 @@ class _Judge:
                     lines.append(Mark(t, f"worker {pid} paused (SIGSTOP) for "
                                       f"{secs:g} s holding attempt {a}", pid, "pause",
                                       a, seconds=secs))
+        for t, pid, jobs, t_end, _ in self.run.reaper_pauses:
+            if job in jobs:
+                secs = round((t_end - t) / 1e9, 3)
+                lines.append(Mark(t, f"reaper {pid} stopped (SIGSTOP) inside reap(), "
+                                  "after a reply that named this job, before its "
+                                  f"next request; resumed {secs:g} s later", pid,
+                                  "pause", seconds=secs))
         applied = sorted(t for j, _, _, t in self.applied if j == job)
         for j, a, pid, t in self.applied:
             if j == job:
@@ -1360,17 +1377,20 @@ class _Judge:
             last = f"its last step: {marks[-1].text}" if marks else "no step logged"
             sentence = (f"{INVARIANTS[invariant]}. {job}, {last}"
                         + (f"; at the end: {ending}" if ending else ""))
-        lanes = ["producer"] + sorted({f"worker {m.pid}" for m in marks
+        lanes = ["producer"] + sorted({self._lane(m.pid) for m in marks
                                        if m.pid is not None})
         return {"job": job, "invariant": invariant, "lanes": lanes,
                 "lease_s": lease, "leases": leases, "ending": ending,
                 "sentence": sentence,
                 "marks": [{"t": round((m.t - self.t0) / 1e9, 4),
                            "lane": "producer" if m.pid is None
-                           else f"worker {m.pid}", "kind": m.kind,
+                           else self._lane(m.pid), "kind": m.kind,
                            "attempt": m.attempt, "text": m.text, "bad": m.bad,
                            **({"seconds": m.seconds} if m.seconds else {})}
                           for m in marks]}
+
+    def _lane(self, pid: int) -> str:
+        return f"{'reaper' if pid in self.run.reaper_pids else 'worker'} {pid}"
 
     def unacked_commits(self) -> dict[str, int]:
         """Commits whose ack never landed: the only way a fenced queue duplicates.
