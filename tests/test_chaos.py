@@ -268,13 +268,14 @@ def test_a_reaper_paused_mid_reap_catches_a_reap_that_reads_then_acts(seed,
 
 
 @pytest.mark.parametrize("queue, paused", [
-    ("handson.q", False), (str(CORPUS / "mini_correct.py"), False),
-    (str(CORPUS / "alt_watch_multi.py"), True)])
+    ("handson.q", False), ("mini_correct", False), ("alt_watch_multi", True)])
 def test_correct_reaps_stay_valid_with_the_reaper_pause_quota_met(queue, paused,
                                                                   redis_url):
     """A reap in one script has no gap to stop in (each armed reap that takes a
     lease back counts instead); a WATCH/MULTI reap is stopped between its read
     and its EXEC, and its transaction, not luck, keeps it right."""
+    if "." not in queue:
+        queue = str(CORPUS / f"{queue}.py")
     report = _run(_reaper_pauses(queue, 1), redis_url)
     f = report.stats["faults"]
     assert report.verdict == "valid", report.text()
