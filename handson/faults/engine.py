@@ -130,7 +130,7 @@ class ChaosConfig:
     # armed (SIGUSR1), and its next reap that reads a job id in one Redis reply
     # and then sends another request stops itself there (SIGSTOP, between the
     # read and the act) until every job it read has been claimed again or has
-    # ended (at most a lease); then SIGCONT. An armed reap that takes leases
+    # ended (at most two leases); then SIGCONT. An armed reap that takes leases
     # back in one round trip has no gap to stop in: it spends the arm, and
     # counts for the quota like a pause, so a one-script reap meets it too.
     reaper_pause_every_claims: int = 0
