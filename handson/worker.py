@@ -124,7 +124,8 @@ class Crashes:
         """Stop this process between two round trips of a reap that read
         `jobs`; the engine sends SIGCONT once they have moved on."""
         self.armed, self.paused = False, True
-        self.events.log("reaper_paused", jobs=list(jobs)[:50], after_reply=replies)
+        jobs = [str(j)[:100] for j in jobs][:50] if isinstance(jobs, list) else []
+        self.events.log("reaper_paused", jobs=jobs, after_reply=replies)
         os.kill(PID, signal.SIGSTOP)
 
     def _hook_replies(self) -> None:
