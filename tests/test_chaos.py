@@ -241,18 +241,20 @@ def test_reapers_are_faulted_like_workers_and_restarted(redis_url):
 
 
 def _reaper_pauses(queue: str, seed: int) -> ChaosConfig:
-    """Leases expire (after-claim kills); every ~5 claims the first of two extra
-    reapers is armed to stop inside its next reap; three such tests at least."""
+    """Leases expire (after-claim kills); every ~5 claims the one extra reaper
+    is armed to stop inside its next reap; three such tests at least. Without
+    the pauses the workers' own reaps seldom race it: reap_not_atomic came out
+    valid on seeds 1 to 3, with them invalid."""
     return ChaosConfig(queue=queue, seed=seed, docs=40, kill_every=0,
                        crash_points=("after-claim",), crash_p=0.1, lease_s=0.5,
-                       reapers=2, reaper_pause_every_claims=5, min_reaper_pauses=3)
+                       reapers=1, reaper_pause_every_claims=5, min_reaper_pauses=3)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_reaper_paused_mid_reap_catches_a_reap_that_reads_then_acts(seed,
                                                                        redis_url):
     """The reaper stops between reading an expired lease and requeueing it until
-    another reaper has requeued the job and a worker claimed it; resumed, the
+    a worker's reap has requeued the job and a worker claimed it; resumed, the
     non-atomic reap hands out a job that has an owner: the judge says so."""
     report = _run(_reaper_pauses(str(CORPUS / "reap_not_atomic.py"), seed),
                   redis_url)
