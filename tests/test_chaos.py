@@ -142,7 +142,8 @@ def _shows_the_bug(report, breaks: list[str]) -> None:
 
 def _drawn_as_recorded(inv) -> None:
     """Each witness's picture has the history's steps as marks, on the lanes of
-    the workers that took them, and rings the step the history flags."""
+    the workers (or reapers) that took them, and rings the step the history
+    flags."""
     assert len(inv.timelines) == len(inv.witnesses)
     for tl, witness in zip(inv.timelines, inv.witnesses, strict=True):
         assert witness.lstrip().startswith(tl["job"] + "\n")
@@ -151,7 +152,7 @@ def _drawn_as_recorded(inv) -> None:
         assert [m["text"] for m in tl["marks"]] == steps
         for m in tl["marks"]:
             if m["lane"] != "producer":
-                assert f"worker {m['lane'].split()[1]}" in m["text"]
+                assert m["lane"] in m["text"]
         flagged = [m for m in tl["marks"] if m["bad"]]
         if inv.name in ("applied_twice", "stale_ack_accepted", "handed_out_twice"):
             assert flagged, tl
@@ -259,10 +260,9 @@ def test_a_reaper_paused_mid_reap_catches_a_reap_that_reads_then_acts(seed,
     report = _run(_reaper_pauses(str(CORPUS / "reap_not_atomic.py"), seed),
                   redis_url)
     f = report.stats["faults"]
-    assert report.verdict == "invalid", report.text()
+    _shows_the_bug(report, ["handed_out_twice"])
     assert f["reaper_pauses"] >= 1 and f["reaper_pauses_raced"] >= 1, f
     twice = report.invariants["handed_out_twice"]
-    assert twice.ok is False, report.text()
     assert any("stopped (SIGSTOP) inside reap()" in w for w in twice.witnesses), (
         twice.witnesses)
     lanes = {lane for tl in twice.timelines for lane in tl["lanes"]}
