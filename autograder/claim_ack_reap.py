@@ -85,9 +85,14 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
     worker's job is claimed again (then the new holder waits while the zombie
     acks), every poison document kills the worker that holds it (SIGKILL at
     the crash point `on-poison`) until it has died max_attempts times, and
-    two extra reapers race the workers' reap calls. (The engine can also fault
-    the reapers and set their clocks off, `--fault-reapers`; the graded run
-    does not yet: with it, two corpus bugs were caught only by chance.)
+    two extra reapers race the workers' reap calls, and every ~20 claims the
+    first of them is stopped inside its next reap, between the Redis reply
+    that read a job and its next request, until that job has been claimed
+    again (its new holder waits while the reap goes on): a reap that reads and
+    acts in separate round trips then hands out a job that has an owner, for
+    certain rather than by chance. (The engine can also kill the reapers and
+    set their clocks off, `--fault-reapers`; the graded run does not: the
+    contract checks kill a reap between its replies and skew its clock.)
     """
     return ["4", "--docs", "25", "--seed", str(seed), "--kill-every", "0",
             "--kill-every-claims", "10",
@@ -99,7 +104,9 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
             "--min-crash-kills", str(CRASH_KILLS),
             "--lease-s", "1.0", "--iters", str(ITERS), "--drain-timeout-s", "150",
             "--no-heartbeat", "--zombie-pauses", "--min-zombies", str(ZOMBIES),
-            "--poison-every", "200", "--reapers", "2"]
+            "--poison-every", "200", "--reapers", "2",
+            "--reaper-pause-every-claims", "20",
+            "--min-reaper-pauses", str(REAPER_PAUSES)]
 
 
 KILLS, PAUSES = 20, 5      # faults every graded chaos run must inject
@@ -114,6 +121,11 @@ CRASH_KILLS = 1
 # when the run can, but not a quota: behind the sandbox a re-claim can take
 # longer than the engine waits, and a correct queue must never be "unknown".
 ZOMBIES = 0
+# Reaper pauses: at least one armed reap of the first extra reaper, stopped
+# mid-reap or, for a reap in one script, taking a lease back with no gap to stop
+# in (runs make 5 to 10; more as a quota could leave a correct queue whose
+# reaper rarely wins a lease short of it, unknown).
+REAPER_PAUSES = 1
 ITERS = 12000              # work per job: long enough to be caught holding it
 # One run holds the whole quota: the quota, not the number of runs, sets how
 # hard the queue is tested, and a second run doubled the CPU of a grade.

@@ -49,6 +49,12 @@ HELP = {
     "kill_every_claims": "a SIGKILL every ~N claims instead of every ~S seconds "
                          "(the seed then replays the same schedule)",
     "pause_every_claims": "a SIGSTOP every ~N claims",
+    "reaper_pause_every_claims": "every ~N claims, stop the first extra reaper "
+                                 "inside its next reap, between the reply that "
+                                 "read a job and its next request, until that "
+                                 "job is claimed again",
+    "min_reaper_pauses": "quota: reaper pauses (an armed reap with no gap to "
+                         "stop in counts too)",
 }
 LAB_KILLS = 10   # the lab's run: at least this many kills, however fast the machine
 

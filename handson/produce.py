@@ -12,6 +12,8 @@ import os
 import sys
 from types import ModuleType
 
+JOB_IDS = r"doc-\d+"    # what a job id of produce() looks like, in any reply
+
 
 def doc_text(i: int, poison_every: int = 1000) -> str:
     poison = poison_every > 0 and i % poison_every == 7

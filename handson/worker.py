@@ -31,7 +31,7 @@ import time
 
 import redis
 
-from handson import redis_server, setup_db, sink, work
+from handson import produce, redis_server, setup_db, sink, work
 from handson.infra import learner_host, remote_module
 from handson.queues.contract import ContractError, load_queue
 
@@ -88,9 +88,16 @@ def crash_points(specs) -> dict[str, float | None]:
 
 
 class Crashes:
-    """Named crash points: SIGKILL ourselves there with a seeded probability."""
+    """Named crash points: SIGKILL ourselves there with a seeded probability.
 
-    def __init__(self, events: Events):
+    And a reaper's pause: armed (SIGUSR1 from the chaos engine, `armed`), the
+    next reap that reads a job id in one Redis reply and then sends another
+    request SIGSTOPs its own process there, between the read and the act, after
+    logging `reaper_paused` with the ids; the engine resumes it. An armed reap
+    that takes leases back with no such gap logs `reap_no_gap` instead.
+    """
+
+    def __init__(self, events: Events, pausing: bool = False):
         try:
             own = crash_points(p for p in os.environ.get("CRASH_POINT", "").split(",")
                                if p)
@@ -103,7 +110,8 @@ class Crashes:
         self.events = events
         self.call = threading.local()   # the contract call this thread is inside
         self.remote = None              # the queue's host, when it is behind a pipe
-        if self.points & {"mid-call", "mid-claim", "mid-reap"}:
+        self.armed = self.paused = False    # a reaper pause: armed, spent
+        if self.points & {"mid-call", "mid-claim", "mid-reap"} or pausing:
             self._hook_replies()
 
     def maybe(self, point: str, **fields) -> None:
@@ -111,6 +119,14 @@ class Crashes:
             self.events.log("crash_point", point=point, **fields)
             os.kill(PID, signal.SIGKILL)
             time.sleep(10)   # never reached: the signal is synchronous enough
+
+    def pause_mid_reap(self, replies: int, jobs: list[str]) -> None:
+        """Stop this process between two round trips of a reap that read
+        `jobs`; the engine sends SIGCONT once they have moved on."""
+        self.armed, self.paused = False, True
+        jobs = [str(j)[:100] for j in jobs][:50] if isinstance(jobs, list) else []
+        self.events.log("reaper_paused", jobs=jobs, after_reply=replies)
+        os.kill(PID, signal.SIGSTOP)
 
     def _hook_replies(self) -> None:
         from redis.connection import AbstractConnection
@@ -128,6 +144,8 @@ class Crashes:
             if name == "reap" and not (getattr(crashes.call, "connecting", False)
                                        or getattr(crashes.call, "loading", False)):
                 crashes.call.replies = getattr(crashes.call, "replies", 0) + 1
+                if getattr(crashes.call, "watch", False):
+                    crashes.call.seen |= learner_host.job_ids(reply, produce.JOB_IDS)
             crashes.call.loading = False
             return reply
 
@@ -139,6 +157,10 @@ class Crashes:
                     and not getattr(crashes.call, "connecting", False)
                     and getattr(crashes.call, "replies", 0)):
                 crashes.maybe("mid-reap", call="reap")
+                if getattr(crashes.call, "seen", None):
+                    seen, crashes.call.seen = sorted(crashes.call.seen), set()
+                    crashes.call.watch = False
+                    crashes.pause_mid_reap(crashes.call.replies, seen)
             crashes.call.loading = learner_host.loads_script(command)
             return send(conn, command, *args, **kwargs)
 
@@ -167,6 +189,9 @@ class Crashes:
     def inside(self, name: str, fn, *args):
         """Call a contract function, marking it for the mid-call crash points."""
         self.call.name, self.call.replies = name, 0
+        self.call.watch, self.call.seen = name == "reap" and self.armed, set()
+        if self.call.watch and self.remote is not None:
+            self.remote.arm_pause_between(produce.JOB_IDS, self.pause_mid_reap)
         armed = self._armed(name) if self.remote is not None else None
         if armed == "mid-reap":   # as it sends a request after reply k, if it does
             self.remote.arm_crash_between(self.rng.randint(
@@ -182,7 +207,7 @@ class Crashes:
                 time.sleep(10)
             raise
         finally:
-            self.call.name = None
+            self.call.name, self.call.watch = None, False
 
 
 class Heartbeat(threading.Thread):
@@ -227,7 +252,7 @@ class Worker:
         self.idem = os.environ.get("IDEM", "1") == "1"
         self.ack_delay = float(os.environ.get("ACK_DELAY", "0") or 0)
         self.events = Events(args.events)
-        self.crashes = Crashes(self.events)
+        self.crashes = Crashes(self.events, getattr(args, "pause_mid_reap", False))
         if isinstance(q, remote_module.RemoteModule):
             self.crashes.remote = q
         self.db = setup_db.connect(args.db) if not args.reap_only else None
@@ -238,9 +263,15 @@ class Worker:
         return self.crashes.inside(name, getattr(self.q, name), self.r, *args)
 
     def reap(self) -> None:
+        armed, self.crashes.paused = self.crashes.armed, False
         requeued, dead = self.call("reap", self.max_attempts)
+        if self.crashes.paused:      # the engine waits for the paused reap's end
+            self.events.log("reap_after_pause", requeued=requeued, dead=dead)
         if requeued or dead:
             self.events.log("reap", requeued=requeued, dead=dead)
+            if armed and not self.crashes.paused:   # took them back in one go
+                self.crashes.armed = False
+                self.events.log("reap_no_gap", requeued=requeued, dead=dead)
 
     def run(self) -> None:
         self.events.log("start")
@@ -361,6 +392,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--fused", action="store_true",
                     help="ack a job and claim the next in one call (ack_and_claim)")
     ap.add_argument("--reap-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--pause-mid-reap", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
@@ -386,8 +418,13 @@ def main(argv: list[str] | None = None) -> int:
     def on_term(signum, frame):
         worker.stopping = True
 
+    def on_arm(signum, frame):
+        worker.crashes.armed = True
+
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    if args.pause_mid_reap:      # before "start": the engine arms after that
+        signal.signal(signal.SIGUSR1, on_arm)
     try:
         worker.reap_forever() if args.reap_only else worker.run()
     except redis.ConnectionError as err:

@@ -252,6 +252,60 @@ def test_mid_reap_kills_only_between_a_reaps_round_trips(r, redis_url, tmp_path,
     assert two.claim(r, 30) is None            # the reap died holding doc-2
 
 
+def _armed_reaper(redis_url, tmp_path, queue: str, hosted: bool):
+    """A --reap-only reaper armed by SIGUSR1, then a lease (doc-3) that runs out
+    once the reaper's first call (slow: it connects) is surely over."""
+    from handson.queues.contract import load_queue
+
+    mod = load_queue(str(CORPUS / queue))
+    r = redis_server.connect(redis_url, decode_responses=True)
+    r.flushdb()
+    env = {"EO_LEARNER_PREFIX": "[]"} if hosted else {}
+    w = Worker(redis_url, tmp_path, "--queue", str(CORPUS / queue), "--reap-only",
+               "--pause-mid-reap", **env)
+    w.wait_for(lambda ev: "start" in _kinds(ev), timeout=60)
+    os.kill(w.proc.pid, signal.SIGUSR1)
+    mod.enqueue(r, {"doc_id": 3, "text": "short"}, "doc-3")
+    assert mod.claim(r, 1.5)[0] == "doc-3"
+    return mod, r, w
+
+
+@pytest.mark.parametrize("hosted", [False, True], ids=["local", "hosted"])
+def test_an_armed_reaper_stops_between_reading_a_job_and_acting_on_it(
+        redis_url, tmp_path, workers, hosted):
+    """A reap that reads the expired lease, then requeues in later round trips,
+    stops right after the read (SIGSTOP, its own or its host's call held);
+    meanwhile the job is reaped and claimed again; resumed, it requeues the job
+    its new owner holds, which the next claim gets as a third attempt."""
+    from handson.faults.engine import _stopped
+
+    mod, r, w = _armed_reaper(redis_url, tmp_path, "reap_not_atomic.py", hosted)
+    workers.append(w)
+    events = w.wait_for(lambda ev: "reaper_paused" in _kinds(ev), timeout=60)
+    assert [e["jobs"] for e in events if e["ev"] == "reaper_paused"] == [["doc-3"]]
+    deadline = time.monotonic() + 10
+    while not _stopped(w.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _stopped(w.proc.pid)
+    assert mod.reap(r, 3) == (1, 0)
+    assert mod.claim(r, 30)[0::2] == ("doc-3", 2)      # its new owner
+    os.killpg(w.proc.pid, signal.SIGCONT)
+    events = w.wait_for(lambda ev: "reap_after_pause" in _kinds(ev), timeout=60)
+    assert [e["requeued"] for e in events if e["ev"] == "reap_after_pause"] == [1]
+    assert mod.claim(r, 30)[0::2] == ("doc-3", 3)      # handed out twice
+
+
+@pytest.mark.parametrize("hosted", [False, True], ids=["local", "hosted"])
+def test_an_armed_reaper_with_one_script_has_no_gap_to_stop_in(
+        redis_url, tmp_path, workers, hosted):
+    mod, r, w = _armed_reaper(redis_url, tmp_path, "mini_correct.py", hosted)
+    workers.append(w)
+    events = w.wait_for(lambda ev: "reap_no_gap" in _kinds(ev), timeout=60)
+    assert "reaper_paused" not in _kinds(events)
+    assert mod.claim(r, 30)[0::2] == ("doc-3", 2)
+    assert mod.claim(r, 30) is None
+
+
 DEAF_CLAIM = '''
 import sys
 

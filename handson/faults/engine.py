@@ -25,8 +25,12 @@ waits for the drain, and then judges:
 Besides faults at random, a run can build the interleavings that expose a bug
 on purpose: a zombie pause keeps its worker stopped until the job it holds has
 been claimed again, then stops the new holder while the zombie answers; extra
-reapers race the workers' own reap calls. (A job that kills every worker that
-claims it comes from the workers themselves: crash point "on-poison:1".)
+reapers race the workers' own reap calls; a reaper pause stops the first extra
+reaper inside a reap, between the round trip that read a job and the next, until
+that job has been claimed again (or has ended), so a reap that reads and acts
+in separate round trips requeues a job that is owned or done. (A job that kills
+every worker that claims it comes from the workers themselves: crash point
+"on-poison:1".)
 
 Stale-ness is decided from the workers' event logs: every worker stamps its
 events with CLOCK_MONOTONIC, which is one clock for the whole machine, and an
@@ -122,6 +126,15 @@ class ChaosConfig:
     # clock takes leases that the server's clock says still run.
     fault_reapers: bool = False
     reaper_skew_s: float = 0.0
+    # Reapers paused like workers: every ~N claims the first extra reaper is
+    # armed (SIGUSR1), and its next reap that reads a job id in one Redis reply
+    # and then sends another request stops itself there (SIGSTOP, between the
+    # read and the act) until every job it read has been claimed again or has
+    # ended (at most two leases); then SIGCONT. An armed reap that takes leases
+    # back in one round trip has no gap to stop in: it spends the arm, and
+    # counts for the quota like a pause, so a one-script reap meets it too.
+    reaper_pause_every_claims: int = 0
+    min_reaper_pauses: int = 0       # quota: reaper pauses (or gapless reaps)
     kill_until: float = 0.9          # chaos stops once this fraction is done
     kill_phase_s: float = 0.0        # ... or after this many seconds (0: no cap)
     # The fault quota. While any part of it is unmet the chaos goes on, and more
@@ -171,8 +184,12 @@ class ChaosConfig:
             raise ValueError("min_kills needs kill_every or kill_every_claims")
         if self.min_pauses and not (self.pause_every or self.pause_every_claims):
             raise ValueError("min_pauses needs pause_every or pause_every_claims")
-        if (self.fault_reapers or self.reaper_skew_s) and not self.reapers:
-            raise ValueError("fault_reapers and reaper_skew_s need reapers")
+        if (self.fault_reapers or self.reaper_skew_s
+                or self.reaper_pause_every_claims) and not self.reapers:
+            raise ValueError("fault_reapers, reaper_skew_s and "
+                             "reaper_pause_every_claims need reapers")
+        if self.min_reaper_pauses and not self.reaper_pause_every_claims:
+            raise ValueError("min_reaper_pauses needs reaper_pause_every_claims")
         if self.min_zombies and not (self.zombie_pauses and (
                 self.pause_every or self.pause_every_claims)):
             raise ValueError("min_zombies needs zombie_pauses and a pause schedule")
@@ -182,7 +199,8 @@ class ChaosConfig:
         """Faults by kind that the run must inject before its chaos may stop."""
         q = {"kills": self.min_kills, "pauses": self.min_pauses,
              "reaps": self.min_reaps,
-             "zombies": self.min_zombies}
+             "zombies": self.min_zombies,
+             "reaper_pauses": self.min_reaper_pauses}
         q.update({f"crash:{p}": self.min_crash_kills for p in self.crash_dice})
         return {k: v for k, v in q.items() if v}
 
@@ -194,7 +212,8 @@ class ChaosConfig:
     @property
     def chaotic(self) -> bool:
         return bool(self.kill_every or self.pause_every or self.kill_every_claims
-                    or self.pause_every_claims or self.quota or self.crashing)
+                    or self.pause_every_claims or self.reaper_pause_every_claims
+                    or self.quota or self.crashing)
 
 
 @dataclass
@@ -248,7 +267,9 @@ class Report:
         """What the replay command reproduces, said honestly."""
         c = self.config
         keyed = [k for k, n in (("kills", c.kill_every_claims),
-                                ("pauses", c.pause_every_claims)) if n]
+                                ("pauses", c.pause_every_claims),
+                                ("reaper pauses", c.reaper_pause_every_claims))
+                 if n]
         timed = [k for k, n in (("kills", not c.kill_every_claims and c.kill_every),
                                 ("pauses", not c.pause_every_claims
                                  and c.pause_every)) if n]
@@ -281,6 +302,12 @@ class Report:
             parts.append(f"reapers killed {f['reaper_kills']}")
         if self.config.reaper_skew_s:
             parts.append(f"reapers' clocks {self.config.reaper_skew_s:+g} s off")
+        if "reaper_pauses" in f:
+            parts.append(one("reaper pauses mid-reap or armed reaps with no gap",
+                             "reaper_pauses", f["reaper_pauses"] + f["reaps_no_gap"])
+                         + f" ({f['reaper_pauses']} paused, "
+                         f"{f['reaper_pauses_raced']} of them while a job it had "
+                         f"read was claimed again; {f['reaps_no_gap']} no gap)")
         if "zombies" in f:
             parts.append(one("zombies (answered while a new claim was held)",
                              "zombies", f["zombies"]))
@@ -394,6 +421,11 @@ class _Run:
         self.reapers: list[subprocess.Popen] = []
         self.reaper_pids: set[int] = set()          # every reaper ever started
         self.reaper_kills = 0                       # beside the workers' kills
+        self.reaper_armed: tuple[int, int] | None = None  # (pid, arms spent then)
+        self.reaper_stop: dict | None = None        # the reaper pause under way
+        self.reaper_pauses_buried = 0               # ... on jobs bound for the DLQ
+        # (t_ns stopped, pid, jobs it had read, t_ns resumed, one claimed again)
+        self.reaper_pauses: list[tuple[int, int, list[str], int, bool]] = []
         self.started: list[subprocess.Popen] = []
         self.kills: list[tuple[int, int]] = []       # (t_ns, pid)
         self.pauses: list[tuple[int, int, float]] = []  # (t_ns, pid, seconds)
@@ -465,12 +497,107 @@ class _Run:
         mid_reap = tuple(p for p in cfg.crash_points
                          if p.partition(":")[0] == "mid-reap")
         faulted = cfg.fault_reapers and i == 0 and self.phase == "chaos"
-        p = self._spawn(["--reap-only"], faulted, cfg.reaper_skew_s, mid_reap)
+        pausing = ["--pause-mid-reap"] if cfg.reaper_pause_every_claims and i == 0 \
+            else []
+        p = self._spawn(["--reap-only", *pausing], faulted, cfg.reaper_skew_s,
+                        mid_reap)
         self.reaper_pids.add(p.pid)
         if i < len(self.reapers):
             self.reapers[i] = p
         else:
             self.reapers.append(p)
+
+    def _arm_reaper(self) -> bool:
+        """Arm the first reaper for a pause (SIGUSR1); False while it cannot be:
+        not up yet, stopped, or its last arm not spent."""
+        p = self.reapers[0]
+        spent = (len(self.reaper_pauses) + self.reaper_pauses_buried
+                 + self.tally.no_gap)
+        if (p.poll() is not None or self.reaper_stop is not None
+                or not (self.events_dir / f"{p.pid}.jsonl").exists()
+                or self.reaper_armed and self.reaper_armed[0] == p.pid
+                and self.reaper_armed[1] == spent):
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGUSR1)      # the reaper only, not its host
+        self.reaper_armed = (p.pid, spent)
+        self.schedule.append((self.tally.claims, "arm reaper pause", 0, self.due))
+        return True
+
+    def _tend_reaper(self, now: float) -> None:
+        """Resume the paused reaper once every job it read has been claimed
+        again or has ended since it stopped (or two leases after it stopped).
+
+        A worker that claimed such a job meanwhile is stopped first (a hold,
+        like a zombie's) until the reaper's reap is over and the job, if that
+        reap gave it back, has gone to another worker; so a requeue of a job
+        that is owned meets its owner still holding it, and the next claim
+        comes from someone else.
+        """
+        st, p = self.reaper_stop, self.reapers[0] if self.reapers else None
+        if st is None:
+            for e in self.tally.reaper_paused[self.tally.paused_seen:]:
+                self.tally.paused_seen += 1
+                if p is not None and e.get("pid") == p.pid and p.poll() is None:
+                    self.reaper_stop = st = {
+                        "pid": p.pid, "t": int(e["t"]), "until": None,
+                        "jobs": [str(j) for j in e.get("jobs", [])], "hold": None}
+            return
+        if st["hold"] is not None:
+            self._tend_hold(st)
+            return
+        if p is None or p.pid != st["pid"] or p.poll() is not None:
+            self.reaper_stop = None                # killed while it was stopped
+            return
+        if st["until"] is None:
+            if not _stopped(p.pid):                # its SIGSTOP is on its way
+                return
+            st["until"] = now + 2 * self.cfg.lease_s
+        t, last_claim = st["t"], self.tally.last_claim
+        # a job claimed max_attempts times goes to the DLQ, never to a worker:
+        # a pause on such jobs only is no test; it ends at once, uncounted
+        if not any(len(self.tally.claims_of.get(j, ())) < self.cfg.max_attempts
+                   for j in st["jobs"]):
+            self._signal(p, signal.SIGCONT)
+            self.reaper_pauses_buried += 1
+            self.reaper_stop = None
+            return
+        moved = all(max(last_claim.get(j, 0), self.tally.last_end.get(j, 0)) > t
+                    for j in st["jobs"])
+        if not (moved or now >= st["until"]):
+            return
+        raced = [j for j in st["jobs"] if last_claim.get(j, 0) > t]
+        slot_of = {q.pid: i for i, q in enumerate(self.procs) if q is not None}
+        for job in raced:
+            holder = self.tally.claims_of[job][-1][1]
+            h = slot_of.get(holder)
+            if (h is not None and h not in self.paused
+                    and self.tally.job_of(holder) == job):
+                self._signal(self.procs[h], signal.SIGSTOP)
+                self.paused[h] = now + self.cfg.lease_s / 2   # _tend_pauses ends it
+                st["hold"] = (h, holder, job, self.tally.holding[holder][1])
+                break
+        self._signal(p, signal.SIGCONT)
+        self.reaper_pauses.append((t, p.pid, st["jobs"], time.monotonic_ns(),
+                                   bool(raced)))
+        if st["hold"] is None:
+            self.reaper_stop = None
+
+    def _tend_hold(self, st: dict) -> None:
+        """End the hold once the reaper's reap is over and gave nothing back,
+        or the job was claimed by another worker (or at its end, in
+        `_tend_pauses`)."""
+        h, holder, job, attempt = st["hold"]
+        after = [e for e in self.tally.after_pause
+                 if e.get("pid") == st["pid"] and e["t"] > st["t"]]
+        taken = any(a > attempt and pid != holder
+                    for a, pid in self.tally.claims_of[job])
+        gave_none = after and not (after[-1].get("requeued") or after[-1].get("dead"))
+        if h not in self.paused or self.procs[h].pid != holder:
+            self.reaper_stop = None                # its hold ended meanwhile
+        elif taken or gave_none:
+            self._resume(h)
+            self.reaper_stop = None
 
     def _kill_reaper(self, i: int) -> None:
         """A reaper dies like a worker (anywhere in its loop) and is restarted."""
@@ -670,7 +797,8 @@ class _Run:
         pending = {(z[3], z[0]) for z in self.zombies.values()}
         pauses = sum(1 for t, pid, _ in self.pauses if (t, pid) not in pending)
         out = {"kills": len(self.kills), "pauses": pauses,
-               "reaps": self.tally.reaped, "zombies": self.zombies_made}
+               "reaps": self.tally.reaped, "zombies": self.zombies_made,
+               "reaper_pauses": len(self.reaper_pauses) + self.tally.no_gap}
         out.update({f"crash:{p}": self.tally.crash[p] for p in self.cfg.crash_names})
         return out
 
@@ -729,9 +857,10 @@ class _Run:
         # A fault is due when its clock (seconds, or claims seen) passes `due`;
         # the dues are the seed's alone (a late fault does not shift the rest).
         by_claims = {"kill": bool(cfg.kill_every_claims),
-                     "pause": bool(cfg.pause_every_claims)}
+                     "pause": bool(cfg.pause_every_claims), "reaper": True}
         mean = {"kill": cfg.kill_every_claims or cfg.kill_every,
-                "pause": cfg.pause_every_claims or cfg.pause_every}
+                "pause": cfg.pause_every_claims or cfg.pause_every,
+                "reaper": cfg.reaper_pause_every_claims}
         # The due points get their own dice: picking a victim draws from a pool
         # whose size depends on timing, and must not shift the schedule.
         rngs = {k: random.Random(f"{k}-due-{cfg.seed}") for k in mean}
@@ -751,6 +880,8 @@ class _Run:
             now = time.monotonic()
             self.tally.update()
             self._tend_pauses(now)
+            if cfg.reaper_pause_every_claims:
+                self._tend_reaper(now)
             for slot, p in enumerate(self.procs):
                 rc = p.poll()
                 if rc is not None:
@@ -782,6 +913,10 @@ class _Run:
                         self.due = round(due["pause"], 3)
                         self._pause_slot(victim, pause_s)
                         due["pause"] += gap(mean["pause"], rngs["pause"])
+                if due["reaper"] is not None and self.tally.claims >= due["reaper"]:
+                    self.due = round(due["reaper"], 3)
+                    if self._arm_reaper():     # else: once its last arm is spent
+                        due["reaper"] += gap(mean["reaper"], rngs["reaper"])
             if now >= next_check:
                 next_check = now + CHECK_S
                 self.server_clock.sample(r)
@@ -830,7 +965,7 @@ class _Run:
                 self.progress({"done": done, "total": total, "kills": len(self.kills),
                                "pauses": len(self.pauses),
                                "elapsed_s": round(now - t0, 1), "phase": self.phase})
-            time.sleep(FAST_TICK_S if self.zombies else TICK_S)
+            time.sleep(FAST_TICK_S if self.zombies or self.reaper_stop else TICK_S)
 
 
 _DONE_EVENTS = tuple(f'"ev": "{e}"'.encode() for e in (
@@ -854,6 +989,13 @@ class _Tally:
         self.claims_of: dict[str, list[tuple[int, int]]] = defaultdict(list)
         self.ended: dict[tuple[int, str], int] = {}   # (pid, job) -> t it answered
         self.acked: set[str] = set()                 # jobs with an accepted ack
+        # job -> t of its latest claim, of its latest ack/fail/abandon
+        self.last_claim: dict[str, int] = {}
+        self.last_end: dict[str, int] = {}
+        self.reaper_paused: list[dict] = []          # a reaper's pause events
+        self.paused_seen = 0                         # ... the engine has taken
+        self.no_gap = 0                              # armed reaps with no gap
+        self.after_pause: list[dict] = []            # a paused reap's result
 
     def update(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -875,17 +1017,27 @@ class _Tally:
                             job, attempt = str(e["job"]), int(e["attempt"])
                             self.holding[pid] = (job, attempt)
                             self.claims_of[job].append((attempt, pid))
+                            self.last_claim[job] = e["t"]
                     elif any(e in line for e in _DONE_EVENTS):
                         self.holding[pid] = None
                         with contextlib.suppress(ValueError, KeyError):
                             e = json.loads(line)
                             if e["ev"] in _JOB_DONE:
                                 self.ended[(pid, str(e["job"]))] = e["t"]
+                                self.last_end[str(e["job"])] = e["t"]
                             if e["ev"] == "ack":
                                 self.acked.add(str(e["job"]))
                     elif b'"ev": "crash_point"' in line or b'"ev": "reap"' in line:
                         with contextlib.suppress(ValueError):
                             self._count(json.loads(line))
+                    elif b'"ev": "reaper_paused"' in line:
+                        with contextlib.suppress(ValueError):
+                            self.reaper_paused.append(json.loads(line))
+                    elif b'"ev": "reap_no_gap"' in line:
+                        self.no_gap += 1
+                    elif b'"ev": "reap_after_pause"' in line:
+                        with contextlib.suppress(ValueError):
+                            self.after_pause.append(json.loads(line))
 
     def job_of(self, pid: int) -> str | None:
         """The job the worker holds, as far as its log says."""
@@ -899,6 +1051,15 @@ class _Tally:
             n = int(e.get("requeued", 0)) + int(e.get("dead", 0))
             self.reaped += n
             self.reaped_by[e.get("pid")] += n
+
+
+def _stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP took effect), as the kernel says."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].startswith(("T", "t"))
 
 
 def _poison(job: str, poison_every: int) -> bool:
@@ -1160,6 +1321,13 @@ class _Judge:
                     lines.append(Mark(t, f"worker {pid} paused (SIGSTOP) for "
                                       f"{secs:g} s holding attempt {a}", pid, "pause",
                                       a, seconds=secs))
+        for t, pid, jobs, t_end, _ in self.run.reaper_pauses:
+            if job in jobs:
+                secs = round((t_end - t) / 1e9, 3)
+                lines.append(Mark(t, f"reaper {pid} stopped (SIGSTOP) inside reap(), "
+                                  "after a reply that named this job, before its "
+                                  f"next request; resumed {secs:g} s later", pid,
+                                  "pause", seconds=secs))
         applied = sorted(t for j, _, _, t in self.applied if j == job)
         for j, a, pid, t in self.applied:
             if j == job:
@@ -1214,17 +1382,20 @@ class _Judge:
             last = f"its last step: {marks[-1].text}" if marks else "no step logged"
             sentence = (f"{INVARIANTS[invariant]}. {job}, {last}"
                         + (f"; at the end: {ending}" if ending else ""))
-        lanes = ["producer"] + sorted({f"worker {m.pid}" for m in marks
+        lanes = ["producer"] + sorted({self._lane(m.pid) for m in marks
                                        if m.pid is not None})
         return {"job": job, "invariant": invariant, "lanes": lanes,
                 "lease_s": lease, "leases": leases, "ending": ending,
                 "sentence": sentence,
                 "marks": [{"t": round((m.t - self.t0) / 1e9, 4),
                            "lane": "producer" if m.pid is None
-                           else f"worker {m.pid}", "kind": m.kind,
+                           else self._lane(m.pid), "kind": m.kind,
                            "attempt": m.attempt, "text": m.text, "bad": m.bad,
                            **({"seconds": m.seconds} if m.seconds else {})}
                           for m in marks]}
+
+    def _lane(self, pid: int) -> str:
+        return f"{'reaper' if pid in self.run.reaper_pids else 'worker'} {pid}"
 
     def unacked_commits(self) -> dict[str, int]:
         """Commits whose ack never landed: the only way a fenced queue duplicates.
@@ -1406,7 +1577,9 @@ def _kind(key: str) -> str:
     return (f"kills at crash point {key[6:]}" if key.startswith("crash:")
             else {"reaps": "leases reaped",
                   "zombies": "zombies that answered while their job's new claim "
-                             "was held"}.get(key, key))
+                             "was held",
+                  "reaper_pauses": "reaper pauses mid-reap (or armed reaps with "
+                                   "no gap to pause in)"}.get(key, key))
 
 
 def _fault_stats(run_: _Run, elapsed: float, enqueued: int) -> dict:
@@ -1422,6 +1595,10 @@ def _fault_stats(run_: _Run, elapsed: float, enqueued: int) -> dict:
                                     for pid in run_.reaper_pids)
     if run_.cfg.fault_reapers:
         faults["reaper_kills"] = run_.reaper_kills
+    if run_.cfg.reaper_pause_every_claims:
+        faults["reaper_pauses"] = len(run_.reaper_pauses)
+        faults["reaper_pauses_raced"] = sum(x[4] for x in run_.reaper_pauses)
+        faults["reaps_no_gap"] = run_.tally.no_gap
     return {"faults": faults,
             "quota": run_.cfg.quota, "quota_short": {
                 k: {"injected": g, "wanted": w}

@@ -28,7 +28,9 @@ cb, "ok" | "error"}. So an effect the harness must keep out of the learner's
 reach (the mail provider's store, announcing a pause point) is performed by the
 caller, on its own objects, in the middle of the learner's call.
 A request's "pause_after_reply": k calls back the caller's object 0 right
-after the call's k-th Redis reply (a schedule: the caller runs a rival then).
+after the call's k-th Redis reply (a schedule: the caller runs a rival then);
+"pause_between_ids": a pattern calls it back, with the ids read, when the call
+sends a request after a reply that held a string matching it.
 
 Stdlib and redis only: the sandbox may hide the rest of the course's files. The
 exceptions are stand-ins that are the course's own code, named by the caller:
@@ -53,6 +55,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -413,6 +416,10 @@ def _crash_after_replies() -> None:
     the caller's object 0 (see Callbacks) and waits for its answer, so the
     harness runs a rival call while this one is stopped between round trips
     ("every": after each reply, to look at the server between them).
+    Or `pause_between_ids: pattern`: once a reply of the call held strings
+    matching the pattern (job ids), the host calls back object 0 with
+    [replies, the ids] as the call sends its next request, once: stopped
+    between reading a job and acting on it (a chaos run's reaper pause).
     A host that never pauses only shows the harness fewer schedules.
     """
     with _PATCH_LOCK:
@@ -428,6 +435,22 @@ def loads_script(command) -> bool:
     return b"SCRIPT\r\n$4\r\nLOAD" in bytes(head[:32]).upper()
 
 
+def job_ids(reply, pattern: str, limit: int = 10_000) -> set[str]:
+    """The strings matching `pattern` in a Redis reply (nested lists too),
+    from its first `limit` items."""
+    found: set[str] = set()
+    todo, seen = [reply], 0
+    while todo and seen < limit:
+        x = todo.pop()
+        seen += 1
+        if isinstance(x, (list, tuple)):
+            todo.extend(x)
+        elif isinstance(x, (bytes, str)):
+            text = x.decode(errors="replace") if isinstance(x, bytes) else x
+            found.update(re.findall(pattern, text))
+    return found
+
+
 def _patch_read_response() -> None:
     from redis.connection import AbstractConnection
 
@@ -439,6 +462,10 @@ def _patch_read_response() -> None:
         if (between and not getattr(_ARMED, "connecting", False)
                 and _ARMED.replies - _ARMED.uncounted >= between):
             os.kill(os.getpid(), signal.SIGKILL)
+        if getattr(_ARMED, "seen", None) and not getattr(_ARMED, "connecting", False):
+            seen, _ARMED.seen, _ARMED.watch = sorted(_ARMED.seen), set(), None
+            CALLBACKS.call(getattr(_REQUEST, "id", None), 0, "__call__",
+                           [_ARMED.replies, seen], {})
         _ARMED.loading = loads_script(command)
         return send(conn, command, *args, **kwargs)
 
@@ -457,6 +484,8 @@ def _patch_read_response() -> None:
             # the call's own, for a kill between them
             _ARMED.uncounted = getattr(_ARMED, "uncounted", 0) + 1
             _ARMED.loading = False
+        elif getattr(_ARMED, "watch", None):
+            _ARMED.seen.update(job_ids(reply, _ARMED.watch))
         after = getattr(_ARMED, "after", None)
         if after:
             _ARMED.after = after - 1
@@ -492,11 +521,13 @@ def serve(module, inbox, outbox) -> None:
         notes: list = []
         _REQUEST.id = req["id"]
         if (req.get("crash_after_reply") or req.get("pause_after_reply")
-                or req.get("crash_between_reply") or req.get("redis")):
+                or req.get("crash_between_reply") or req.get("pause_between_ids")
+                or req.get("redis")):
             _crash_after_replies()
         _ARMED.after, _ARMED.replies = req.get("crash_after_reply"), 0
         _ARMED.between, _ARMED.uncounted = req.get("crash_between_reply"), 0
         _ARMED.pause = req.get("pause_after_reply")
+        _ARMED.watch, _ARMED.seen = req.get("pause_between_ids"), set()
         try:
             args = decode(req.get("args", []), module, notes)
             kwargs = decode(req.get("kwargs", {}), module, notes)
@@ -511,13 +542,13 @@ def serve(module, inbox, outbox) -> None:
                         socket_connect_timeout=5)
                 args = [clients[key], *args]
             value = getattr(module, req["fn"])(*args, **kwargs)
-            _ARMED.after = _ARMED.pause = _ARMED.between = None
+            _ARMED.after = _ARMED.pause = _ARMED.between = _ARMED.watch = None
             answer = {"id": req["id"], "ok": encode(value), "notes": notes}
             if _PATCHED:
                 answer["replies"] = _ARMED.replies
             reply(answer)
         except BaseException as err:
-            _ARMED.after = _ARMED.pause = _ARMED.between = None
+            _ARMED.after = _ARMED.pause = _ARMED.between = _ARMED.watch = None
             reply({"id": req["id"], "notes": notes,
                    "error": {"type": type(err).__name__, "message": str(err)}})
 

@@ -277,7 +277,7 @@ class _Host:
     def call(self, lane, fn: str, args, kwargs, target, timeout: float,
              notes: list, crash_after: int | None = None,
              callers: dict | None = None, pause_after: int | str | None = None,
-             crash_between: int | None = None):
+             crash_between: int | None = None, pause_ids: str | None = None):
         ident = next(self.ids)
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.pending[ident] = inbox
@@ -291,6 +291,8 @@ class _Host:
             req["pause_after_reply"] = pause_after
         if crash_between:
             req["crash_between_reply"] = crash_between
+        if pause_ids:
+            req["pause_between_ids"] = pause_ids
         try:
             self._send(req)
         except (BrokenPipeError, ValueError, OSError):
@@ -399,11 +401,13 @@ class RemoteModule:
         crash_after, self._armed.k = getattr(self._armed, "k", None), None
         between, self._armed.between = getattr(self._armed, "between", None), None
         pause, self._armed.pause = getattr(self._armed, "pause", None), None
-        if pause:
-            callers[0] = Caller(pause[1], name="pause")
+        ids, self._armed.ids = getattr(self._armed, "ids", None), None
+        if pause or ids:
+            callers[0] = Caller((pause or ids)[1], name="pause")
         return self._current().call(lane, fn, args, kwargs, target, timeout,
                                     self._notes.value, crash_after, callers,
-                                    pause[0] if pause else None, between)
+                                    pause[0] if pause else None, between,
+                                    ids[0] if ids else None)
 
     def arm_crash(self, after_replies: int) -> None:
         """The next call on this thread: the host dies after that many replies."""
@@ -419,6 +423,12 @@ class RemoteModule:
         while `meanwhile(k)` runs here (a rival call), then goes on; "every":
         after each of its replies."""
         self._armed.pause = (after_replies, meanwhile)
+
+    def arm_pause_between(self, pattern: str, meanwhile) -> None:
+        """The next call on this thread stops once, as it sends a request after
+        a reply that held strings matching `pattern`, while `meanwhile(k, ids)`
+        runs here (k: its replies so far, ids: those strings)."""
+        self._armed.ids = (pattern, meanwhile)
 
     def replies(self, fn: str) -> int:
         """Redis replies fn's last answered call read (1 until one is known)."""
