@@ -11,7 +11,10 @@ on the tables `handson.outbox.setup` makes. It is graded by behaviour:
 on the grader's own Redis) kills the save handler between its two inserts and
 the relay between publishing a row and recording it, each with SIGKILL at the
 named point `pause("between", n)`, delivers every job twice to the consumer,
-and commits outbox rows out of id order while the relay polls.
+and commits outbox rows out of id order while the relay polls. Then, where the
+learner named no point, each of the three functions is killed after each of
+its round trips, every SQL statement and Redis reply (`handson.outbox_trips`):
+a gap the pause does not mark is found all the same.
 
 The experiments and their workers are a trusted harness
 (`queue_runs.learner_env`): the grader imports none of the learner's code, and
@@ -56,6 +59,9 @@ CHECKS = [
           "every job delivered twice: each document summarized once"),
     Check("no_skip_out_of_order", 3,
           "rows committed out of id order: the relay publishes every one"),
+    Check("killed_between_round_trips", 2,
+          "save, relay and consumer each killed after every SQL statement and "
+          "Redis reply: nothing lost, each effect once"),
 ]
 NOTEBOOK_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 180
@@ -163,7 +169,24 @@ def judge(obs: dict) -> list[Outcome]:
             f"all {d['writers']} rows published",
             f"{d['skipped']} of {d['writers']} never published "
             f"(commit order {d['commit_order']})"))
+    out.append(_round_trips(obs, by["killed_between_round_trips"]))
     return out
+
+
+def _round_trips(obs: dict, check: Check) -> Outcome:
+    """Kills the learner did not name: after each round trip of each function
+    (`handson.outbox_trips`); the first schedule that broke a rule, in words."""
+    d, err = _run(obs, "round_trips")
+    if d is None:
+        return outcome(check, False, err)
+    kills = sum(d["kills"].values())
+    bad = d.get("failed")
+    return outcome(
+        check, bad is None, bad and bad["fix"],
+        "after any kill: every document has its job, every job is delivered, "
+        "each document summarized once",
+        bad["schedule"] if bad else f"{kills} kills between round trips, "
+        "nothing lost, no effect twice")
 
 
 def evaluate_file(path: str, redis_url: str, quick: bool = False,
