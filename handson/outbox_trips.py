@@ -139,11 +139,29 @@ def _kill_points(bench, learner, s: Scene) -> tuple[list[int], list[str]]:
         learner.arm_pause("steps", lambda k: states.setdefault(k, _state(seer, db)))
         s.call()
         trail = learner.trail(s.fn)
+        _hidden(s.fn, states[0], _state(seer, db), trail)
     finally:
         db.close()
         seer.close()
     last = min(max(states), MAX_TRIPS)
     return [k for k in range(1, last + 1) if states[k] != states[k - 1]], trail
+
+
+class Hidden(RuntimeError):
+    """The call changed a store without a round trip its host could count."""
+
+
+def _hidden(fn: str, before: tuple, after: tuple, trail: list[str]) -> None:
+    """A call that changed the database (or Redis) made at least one statement
+    (or reply) there that its host saw; one that did not hid its round trips
+    (its own connection, the trace callback unset), and could hide a gap."""
+    for i, (store, word) in enumerate((("the database", "SQL"),
+                                       ("Redis", "Redis"))):
+        if before[i] != after[i] and not any(t.startswith(word) for t in trail):
+            raise Hidden(f"{fn} changed {store}, yet its host counted no "
+                         f"{word} round trip: use the db and r you are given, "
+                         "as they are, so the grader can kill your code between "
+                         "any two of its steps")
 
 
 def _each_kill(bench, learner, s: Scene) -> tuple[int, dict | None]:
@@ -186,7 +204,10 @@ def killed_between_trips(bench) -> dict:
         for scene in _scenes(bench, learner, kit):
             try:
                 kills[scene.fn], failed = _each_kill(bench, learner, scene)
-            except (remote_module.LearnerError, RuntimeError) as err:
+            except Hidden as err:
+                return {"error": str(err)}
+            except (remote_module.LearnerError, remote_module.LearnerProcessDied,
+                    RuntimeError) as err:
                 return {"error": f"{scene.fn}: {type(err).__name__}: {err}"}
             if failed:
                 return {"kills": kills, "failed": failed}
