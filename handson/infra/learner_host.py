@@ -413,7 +413,7 @@ def _kill_between() -> None:
 def _note(step: str) -> None:
     trail = getattr(_ARMED, "trail", None)
     if trail is not None and len(trail) < TRAIL:
-        trail.append(step[:90])
+        trail.append(step if len(step) <= 90 else step[:87] + "...")
 
 
 def _statement(sql: str) -> None:

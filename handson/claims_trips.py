@@ -1,0 +1,63 @@
+"""The points job killed between each two of its round trips.
+
+award_points keeps its effect (a ledger row) in the same database as its
+claim, so one transaction makes the job exactly-once. The replay matrix kills
+it at the points the learner names; here it is killed after each of its SQL
+statements (`handson.round_trips`), named point or not, then delivered again
+inside the lease and once more after it, as the matrix's points case does.
+One ledger row and one completed record must remain.
+"""
+
+from __future__ import annotations
+
+import os
+
+from handson import confirmation_job
+from handson.effects import claims
+from handson.effects.sqldb import Database, is_postgres
+from handson.infra import learner_module, remote_module
+from handson.round_trips import Scene, Stores, hosted, run_scenes
+
+FIX = ("claim, write the ledger row and mark the record completed in ONE "
+       "transaction (`with db.transaction():`): a worker killed after any "
+       "statement must leave all three or none, so the redelivery applies the "
+       "points once")
+
+
+def killed_between_trips(target: str, job: str, key: str,
+                         times: tuple[float, float, float]) -> dict:
+    """award_points killed after each statement at times[0], then delivered
+    at times[1] (inside the lease) and times[2] (after it); plain data."""
+    try:
+        learner = hosted(job, "your job")
+    except learner_module.ModuleProblem as err:
+        return {"error": str(err)}
+    ldb = remote_module.Local(
+        "course_object", module=Database.__module__, name=Database.__name__,
+        args=[target if is_postgres(target) else os.path.abspath(target)])
+    pause = remote_module.Caller(confirmation_job._no_pause, name="pause")
+    lease = confirmation_job.LEASE_S
+
+    def fresh() -> Database:
+        db = Database(target)
+        confirmation_job.setup(db, fresh=True)
+        return db
+
+    def delivered_again(db: Database) -> str:
+        for now in times[1:]:
+            learner.award_points(ldb, key, now, lease, pause)
+        rows = confirmation_job.ledger(db, key)
+        recs = [r.status for r in claims.records(db, confirmation_job.POINTS_JOB)]
+        if rows == 1 and recs == ["completed"]:
+            return ""
+        return f"{rows} ledger row(s), record {recs or 'none'}"
+
+    scene = Scene("award_points", lambda db: None,
+                  lambda: learner.award_points(ldb, key, times[0], lease, pause),
+                  delivered_again, "the job came again inside the lease and "
+                  "again after it", FIX)
+    tables = (claims.TABLE, claims.HOLDS, confirmation_job.LEDGER)
+    try:
+        return run_scenes(Stores(fresh, tables), learner, [scene])
+    finally:
+        learner.close()
