@@ -1,0 +1,54 @@
+"""The points job killed after each of its SQL statements, where no pause marks
+the gap, then delivered again: on a real SQLite file and a real host process
+killed with SIGKILL."""
+
+import shutil
+
+import pytest
+
+from autograder import corpus, idempotent_claims
+from handson import claims_trips, replay_matrix
+
+FOLDER = corpus.ROOT / "claims"
+
+
+def _killed(tmp_path, name: str) -> dict:
+    for f in {name, corpus.BASE}:
+        shutil.copy(FOLDER / f, tmp_path / f)
+    return claims_trips.killed_between_trips(
+        str(tmp_path / "jobs.sqlite"), str(tmp_path / name), replay_matrix.KEY,
+        (replay_matrix.T0, replay_matrix.INSIDE_LEASE, replay_matrix.AFTER_LEASE))
+
+
+@pytest.mark.parametrize("name", ["correct.py", "alt_duplicate.py", "alt_miss.py"])
+def test_one_transaction_leaves_no_kill_of_its_own(tmp_path, name):
+    """Nothing commits before the COMMIT, the last round trip: every kill is
+    the same as the call never having run."""
+    assert _killed(tmp_path, name) == {"kills": {"award_points": 0},
+                                       "failed": None}
+
+
+@pytest.mark.parametrize("name", ["points_pauses_at_the_end.py",
+                                  "effect_in_two_transactions.py"])
+def test_a_kill_after_the_ledger_row_applies_the_points_twice(tmp_path, name):
+    data = _killed(tmp_path, name)
+    bad = data["failed"]
+    assert bad["round_trip"] == 2 and bad["fix"] == claims_trips.FIX, data
+    assert bad["schedule"].startswith(
+        "award_points killed (SIGKILL) after round trip 2 of 3 (SQL INSERT INTO "
+        "points_ledger"), bad
+    assert bad["schedule"].endswith("again after it: 2 ledger row(s), record "
+                                    "['completed']"), bad
+
+
+def test_the_grade_names_the_kill_and_the_fix():
+    check = next(c for c in idempotent_claims.CHECKS
+                 if c.name == "killed_between_round_trips")
+    bad = {"schedule": "award_points killed after round trip 2", "fix": "one tx"}
+    outs = {o.name: o for o in idempotent_claims.judge(
+        {"round_trips": {"kills": {"award_points": 2}, "failed": bad}}, "hold")}
+    out = outs[check.name]
+    assert not out.ok and out.message == "one tx" and out.got == bad["schedule"]
+    outs = {o.name: o for o in idempotent_claims.judge(
+        {"round_trips": {"error": "award_points: ValueError: no"}}, "hold")}
+    assert outs[check.name].message == "award_points: ValueError: no"
