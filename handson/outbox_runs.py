@@ -263,9 +263,7 @@ def observe_all(bench: Bench, docs: int = 40, kills: int = 3) -> dict:
     out = {}
     for name, run in runs.items():
         try:
-            t0 = time.monotonic()
             got = run()
-            print(name, round(time.monotonic() - t0, 2), file=__import__("sys").stderr)
             out[name] = got if isinstance(got, dict) else asdict(got)
         except (WorkerError, OSError) as err:
             out[name] = {"error": str(err)}
