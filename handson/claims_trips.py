@@ -16,7 +16,7 @@ from handson import confirmation_job
 from handson.effects import claims
 from handson.effects.sqldb import Database, is_postgres
 from handson.infra import learner_module, remote_module
-from handson.round_trips import Scene, Stores, hosted, run_scenes
+from handson.round_trips import SQLITE_ONLY, Scene, Stores, hosted, run_scenes
 
 FIX = ("claim, write the ledger row and mark the record completed in ONE "
        "transaction (`with db.transaction():`): a worker killed after any "
@@ -28,13 +28,15 @@ def killed_between_trips(target: str, job: str, key: str,
                          times: tuple[float, float, float]) -> dict:
     """award_points killed after each statement at times[0], then delivered
     at times[1] (inside the lease) and times[2] (after it); plain data."""
+    if is_postgres(target):
+        return {"error": SQLITE_ONLY}
     try:
         learner = hosted(job, "your job")
     except learner_module.ModuleProblem as err:
         return {"error": str(err)}
     ldb = remote_module.Local(
         "course_object", module=Database.__module__, name=Database.__name__,
-        args=[target if is_postgres(target) else os.path.abspath(target)])
+        args=[os.path.abspath(target)])
     pause = remote_module.Caller(confirmation_job._no_pause, name="pause")
     lease = confirmation_job.LEASE_S
 

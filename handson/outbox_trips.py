@@ -19,9 +19,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from handson import outbox
-from handson.effects.sqldb import Database
+from handson.effects.sqldb import Database, is_postgres
 from handson.infra import learner_module
-from handson.round_trips import Scene, Stores, hosted, run_scenes
+from handson.round_trips import SQLITE_ONLY, Scene, Stores, hosted, run_scenes
 
 DOCS = 2                # documents waiting for the killed relay
 
@@ -90,6 +90,8 @@ def _scenes(bench, learner, kit) -> list[Scene]:
 
 def killed_between_trips(bench) -> dict:
     """Each function killed after each of its round trips, judged; plain data."""
+    if is_postgres(bench.target):
+        return {"error": SQLITE_ONLY}
     try:
         learner = hosted(bench.module, "your outbox module")
     except learner_module.ModuleProblem as err:

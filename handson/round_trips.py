@@ -147,6 +147,10 @@ def run_scenes(stores: Stores, learner, scenes: list[Scene]) -> dict:
     return {"kills": kills, "failed": None}
 
 
+SQLITE_ONLY = ("the kills between round trips count SQLite statements; run them "
+               "on a SQLite file, not PostgreSQL")
+
+
 def hosted(spec: str, what: str):
     """The learner's module in a host of its own (confined as the grader's
     runs are, when they are); ModuleProblem if it cannot load."""

@@ -52,3 +52,14 @@ def test_the_grade_names_the_kill_and_the_fix():
     outs = {o.name: o for o in idempotent_claims.judge(
         {"round_trips": {"error": "award_points: ValueError: no"}}, "hold")}
     assert outs[check.name].message == "award_points: ValueError: no"
+
+
+def test_postgres_is_refused_in_one_line_before_anything_runs(tmp_path):
+    """Its statements are not counted, so no kill could be placed: said, not
+    passed."""
+    from handson.round_trips import SQLITE_ONLY
+
+    got = claims_trips.killed_between_trips(
+        "postgresql://nobody@127.0.0.1:1/none", str(tmp_path / "absent.py"),
+        replay_matrix.KEY, (0.0, 1.0, 2.0))
+    assert got == {"error": SQLITE_ONLY}
