@@ -84,9 +84,9 @@ class Evaluation:
     efficiency: dict = field(default_factory=dict)   # handson.queues.cost.compare
 
 
-def round_trips(check: Check, data: dict | None, err: str, expected: str
-                ) -> Outcome:
-    """The kills after each round trip of the learner's functions
+def round_trips(check: Check, data: dict | None, err: str, expected: str,
+                done: str = "kills between round trips") -> Outcome:
+    """The kills (or stops) after each round trip of the learner's functions
     (`handson.round_trips`): the first schedule that broke a rule, and what to
     change; `data` None: the run's error `err`."""
     if data is None:
@@ -94,8 +94,8 @@ def round_trips(check: Check, data: dict | None, err: str, expected: str
     bad = data.get("failed")
     kills = sum(data["kills"].values())
     return outcome(check, bad is None, bad and bad["fix"], expected,
-                   bad["schedule"] if bad else f"{kills} kills between round "
-                   "trips, nothing lost, no effect twice")
+                   bad["schedule"] if bad else f"{kills} {done}, nothing lost, "
+                   "no effect twice")
 
 
 _MISSED_PAUSE = re.compile(

@@ -11,7 +11,8 @@ It is graded by behaviour: `python -m handson.replay_matrix --job myclaims.py
 learner's code, kills them with SIGKILL at the named points, and reports what
 the mail provider counted and what the tables hold. Then award_points is
 killed after each of its SQL statements, named point or not
-(`handson.claims_trips`), and delivered again.
+(`handson.claims_trips`), and delivered again; and stopped after each of them
+while the same delivery runs to its end in another worker.
 
 The matrix and its workers are a trusted harness (`queue_runs.learner_env`):
 they never import the learner's module. Each worker calls it in a host
@@ -71,6 +72,9 @@ CHECKS = [
     Check("killed_between_round_trips", 2,
           "the points job killed after every SQL statement, then redelivered: "
           "one ledger row, completed"),
+    Check("points_interleaved", 1,
+          "the points job stopped after each SQL statement while the same "
+          "delivery runs in another worker: one ledger row"),
 ]
 NOTEBOOK_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 150
@@ -231,12 +235,17 @@ def judge(obs: dict, policy: str) -> list[Outcome]:
             "leaves nothing and the redelivery applies it once",
             "1 ledger row, record completed (after either crash)",
             " | ".join(got)))
-    data = obs.get("round_trips") or {"error": obs.get(
-        "error", "the kills between round trips did not report")}
-    err = data.get("error", "")
-    out.append(round_trips(by["killed_between_round_trips"],
-                           None if err else data, err,
-                           "1 ledger row, record completed (after any kill)"))
+    for name, check, want, done in (
+            ("round_trips", "killed_between_round_trips",
+             "1 ledger row, record completed (after any kill)",
+             "kills between round trips"),
+            ("interleaved", "points_interleaved",
+             "1 ledger row, record completed (two deliveries at once)",
+             "stops while another worker ran")):
+        data = obs.get(name) or {"error": obs.get(
+            "error", f"the {done} did not report")}
+        err = data.get("error", "")
+        out.append(round_trips(by[check], None if err else data, err, want, done))
     return out
 
 

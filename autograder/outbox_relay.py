@@ -14,7 +14,9 @@ named point `pause("between", n)`, delivers every job twice to the consumer,
 and commits outbox rows out of id order while the relay polls. Then, where the
 learner named no point, each of the three functions is killed after each of
 its round trips, every SQL statement and Redis reply (`handson.outbox_trips`):
-a gap the pause does not mark is found all the same.
+a gap the pause does not mark is found all the same. And the consumer is
+stopped after each of its round trips while another consumer, in a process of
+its own, summarizes the same document (`outbox_trips.interleaved_consumers`).
 
 The experiments and their workers are a trusted harness
 (`queue_runs.learner_env`): the grader imports none of the learner's code, and
@@ -63,6 +65,9 @@ CHECKS = [
     Check("killed_between_round_trips", 2,
           "save, relay and consumer each killed after every SQL statement and "
           "Redis reply: nothing lost, each effect once"),
+    Check("consumers_interleaved", 1,
+          "a consumer stopped after each round trip while another consumes "
+          "the same job: the effect once"),
 ]
 NOTEBOOK_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 180
@@ -171,6 +176,11 @@ def judge(obs: dict) -> list[Outcome]:
             f"{d['skipped']} of {d['writers']} never published "
             f"(commit order {d['commit_order']})"))
     out.append(_round_trips(obs, by["killed_between_round_trips"]))
+    d, err = _run(obs, "interleaved")
+    out.append(round_trips(by["consumers_interleaved"], d, err,
+                           "document 0 summarized once, whatever ran between "
+                           "two round trips of its consumer",
+                           "stops while another consumer ran"))
     return out
 
 

@@ -10,18 +10,45 @@ One ledger row and one completed record must remain.
 
 from __future__ import annotations
 
-import os
-
 from handson import confirmation_job
 from handson.effects import claims
 from handson.effects.sqldb import Database, is_postgres
 from handson.infra import learner_module, remote_module
-from handson.round_trips import SQLITE_ONLY, Scene, Stores, hosted, run_scenes
+from handson.round_trips import (
+    RIVAL_WAIT_S,
+    SQLITE_ONLY,
+    Scene,
+    Stores,
+    database,
+    each_stop,
+    hosted,
+    run_scenes,
+)
 
 FIX = ("claim, write the ledger row and mark the record completed in ONE "
        "transaction (`with db.transaction():`): a worker killed after any "
        "statement must leave all three or none, so the redelivery applies the "
        "points once")
+
+
+def _points_once(db: Database, key: str) -> str:
+    rows = confirmation_job.ledger(db, key)
+    recs = [r.status for r in claims.records(db, confirmation_job.POINTS_JOB)]
+    if rows == 1 and recs == ["completed"]:
+        return ""
+    return f"{rows} ledger row(s), record {recs or 'none'}"
+
+
+def _fresh(target: str):
+    def fresh() -> Database:
+        db = Database(target)
+        confirmation_job.setup(db, fresh=True)
+        return db
+    return fresh
+
+
+TABLES = (claims.TABLE, claims.HOLDS, confirmation_job.LEDGER)
+PAUSE = remote_module.Caller(confirmation_job._no_pause, name="pause")
 
 
 def killed_between_trips(target: str, job: str, key: str,
@@ -34,32 +61,56 @@ def killed_between_trips(target: str, job: str, key: str,
         learner = hosted(job, "your job")
     except learner_module.ModuleProblem as err:
         return {"error": str(err)}
-    ldb = remote_module.Local(
-        "course_object", module=Database.__module__, name=Database.__name__,
-        args=[os.path.abspath(target)])
-    pause = remote_module.Caller(confirmation_job._no_pause, name="pause")
-    lease = confirmation_job.LEASE_S
-
-    def fresh() -> Database:
-        db = Database(target)
-        confirmation_job.setup(db, fresh=True)
-        return db
+    ldb = database(target)
+    pause, lease = PAUSE, confirmation_job.LEASE_S
 
     def delivered_again(db: Database) -> str:
         for now in times[1:]:
             learner.award_points(ldb, key, now, lease, pause)
-        rows = confirmation_job.ledger(db, key)
-        recs = [r.status for r in claims.records(db, confirmation_job.POINTS_JOB)]
-        if rows == 1 and recs == ["completed"]:
-            return ""
-        return f"{rows} ledger row(s), record {recs or 'none'}"
+        return _points_once(db, key)
 
     scene = Scene("award_points", lambda db: None,
                   lambda: learner.award_points(ldb, key, times[0], lease, pause),
                   delivered_again, "the job came again inside the lease and "
                   "again after it", FIX)
-    tables = (claims.TABLE, claims.HOLDS, confirmation_job.LEDGER)
     try:
-        return run_scenes(Stores(fresh, tables), learner, [scene])
+        return run_scenes(Stores(_fresh(target), TABLES), learner, [scene])
     finally:
         learner.close()
+
+
+FIX_RIVAL = ("take the claim first, in the same transaction as the ledger row "
+             "and the status (INSERT ... ON CONFLICT DO NOTHING RETURNING inside "
+             "`with db.transaction():`), never a lookup before it: two "
+             "deliveries at once must add one ledger row")
+
+
+def interleaved_points(target: str, job: str, key: str, now: float) -> dict:
+    """award_points stopped after each of its round trips while the same
+    delivery runs to its end in another host (two workers at once); one
+    ledger row and a completed record must remain."""
+    if is_postgres(target):
+        return {"error": SQLITE_ONLY}
+    try:
+        learner = hosted(job, "your job")
+    except learner_module.ModuleProblem as err:
+        return {"error": str(err)}
+    try:
+        other = hosted(job, "your job")
+    except learner_module.ModuleProblem as err:
+        learner.close()
+        return {"error": str(err)}
+    ldb, rdb = database(target), database(target, RIVAL_WAIT_S)
+    lease = confirmation_job.LEASE_S
+    scene = Scene("award_points", lambda db: None,
+                  lambda: learner.award_points(ldb, key, now, lease, PAUSE),
+                  lambda db: _points_once(db, key), "meanwhile the same "
+                  "delivery ran to its end in another worker; then the first "
+                  "went on", FIX_RIVAL,
+                  rival=lambda: other.award_points(rdb, key, now, lease, PAUSE))
+    try:
+        return run_scenes(Stores(_fresh(target), TABLES), learner, [scene],
+                          each=each_stop)
+    finally:
+        learner.close()
+        other.close()

@@ -21,7 +21,16 @@ from types import SimpleNamespace
 from handson import outbox
 from handson.effects.sqldb import Database, is_postgres
 from handson.infra import learner_module
-from handson.round_trips import SQLITE_ONLY, Scene, Stores, hosted, run_scenes
+from handson.round_trips import (
+    RIVAL_WAIT_S,
+    SQLITE_ONLY,
+    Scene,
+    Stores,
+    database,
+    each_stop,
+    hosted,
+    run_scenes,
+)
 
 DOCS = 2                # documents waiting for the killed relay
 
@@ -38,6 +47,15 @@ FIX = {                 # what to change, in the learner's words
     "transaction, the effect only when the key is new: a consumer killed after "
     "any statement must leave both or neither, so the redelivery applies it",
 }
+
+
+def _one_document(db: Database) -> None:
+    db.run("INSERT INTO documents (id, body) VALUES (0, 'document 0')")
+
+
+def _summarized_once(db: Database) -> str:
+    n = db.query("SELECT count(*) FROM summaries WHERE doc_id = 0")[0][0]
+    return "" if n == 1 else f"document 0 was summarized {n} times"
 
 
 def _scenes(bench, learner, kit) -> list[Scene]:
@@ -64,13 +82,9 @@ def _scenes(bench, learner, kit) -> list[Scene]:
         lost = sorted(set(range(DOCS)) - set(outbox.consume_all(db, r, q)))
         return f"document {lost[0]} was never delivered" if lost else ""
 
-    def one_document(db: Database) -> None:
-        db.run("INSERT INTO documents (id, body) VALUES (0, 'document 0')")
-
     def delivered_again(db: Database) -> str:
         learner.summarize(ldb, 0)
-        n = db.query("SELECT count(*) FROM summaries WHERE doc_id = 0")[0][0]
-        return "" if n == 1 else f"document 0 was summarized {n} times"
+        return _summarized_once(db)
 
     return [
         Scene("save_document", lambda db: None,
@@ -82,7 +96,7 @@ def _scenes(bench, learner, kit) -> list[Scene]:
               relay_again, f"relay_once ran again until it returned 0 "
               f"({DOCS} documents were waiting) and a consumer took every job",
               FIX["relay_once"]),
-        Scene("summarize", one_document, lambda: learner.summarize(ldb, 0),
+        Scene("summarize", _one_document, lambda: learner.summarize(ldb, 0),
               delivered_again, "the job came again (the killed consumer never "
               "acked it) and summarize(db, 0) ran", FIX["summarize"]),
     ]
@@ -104,3 +118,37 @@ def killed_between_trips(bench) -> dict:
                           learner, _scenes(bench, learner, kit))
     finally:
         learner.close()
+
+
+FIX_RIVAL = ("check the key and write it in the SAME transaction as the "
+             "effect (`with db.transaction():` around the check, the key and "
+             "the effect, or INSERT ... ON CONFLICT DO NOTHING RETURNING as the "
+             "check): two consumers of one job at once must apply it once")
+
+
+def interleaved_consumers(bench) -> dict:
+    """summarize stopped after each of its round trips while another
+    consumer, in a host of its own, summarizes the same document to the end
+    (a job delivered to two workers at once); one effect must remain."""
+    if is_postgres(bench.target):
+        return {"error": SQLITE_ONLY}
+    try:
+        learner = hosted(bench.module, "your outbox module")
+    except learner_module.ModuleProblem as err:
+        return {"error": str(err)}
+    try:
+        other = hosted(bench.module, "your outbox module")
+    except learner_module.ModuleProblem as err:
+        learner.close()
+        return {"error": str(err)}
+    ldb, rdb = database(bench.target), database(bench.target, RIVAL_WAIT_S)
+    scene = Scene("summarize", _one_document, lambda: learner.summarize(ldb, 0),
+                  lambda db: _summarized_once(db), "meanwhile another consumer "
+                  "ran summarize(db, 0) to its end; then the first went on",
+                  FIX_RIVAL, rival=lambda: other.summarize(rdb, 0))
+    try:
+        return run_scenes(Stores(bench.fresh, outbox.TABLES), learner, [scene],
+                          each=each_stop)
+    finally:
+        learner.close()
+        other.close()

@@ -17,6 +17,7 @@ trips on the same state.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ class Scene:
     carry_on: Callable[[Database], str]
     then: str                   # what the carry-on did
     fix: str                    # what to change, in the learner's words
+    rival: Callable[[], object] | None = None   # the same work, another host
 
 
 @dataclass
@@ -131,12 +133,62 @@ def each_kill(stores: Stores, learner, s: Scene) -> tuple[int, dict | None]:
     return len(points), None
 
 
-def run_scenes(stores: Stores, learner, scenes: list[Scene]) -> dict:
-    """Each scene's kills, until one fails: {"kills", "failed"} or {"error"}."""
+LOCKED = "locked"        # the rival's write waited on the stopped call's transaction
+
+
+def each_stop(stores: Stores, learner, s: Scene) -> tuple[int, dict | None]:
+    """Stop s.fn after round trip k, k = 1 .. its last but one, while
+    `s.rival()` (the same work from another host) runs to its end, then let
+    it go on; (stops, the first failure). A rival that finds the database
+    locked (the stopped call holds a write transaction: no gap there, the
+    rival would only wait) does not count; it raises so, on a short busy
+    timeout."""
+    db = stores.fresh()
+    try:
+        s.setup(db)
+        s.call()                        # a plain run: the round trips, named
+        trail = learner.trail(s.fn)
+    finally:
+        db.close()
+    stops = 0
+    for k in range(1, min(len(trail), MAX_TRIPS + 1)):
+        db = stores.fresh()
+        seen: dict = {}
+
+        def meanwhile(at, k=k, seen=seen):
+            if at == k and not seen:
+                try:            # never raise here: the learner's call waits
+                    seen["rival"] = s.rival()
+                except remote_module.LearnerError as err:
+                    seen["rival"] = LOCKED if LOCKED in str(err) else err
+        try:
+            s.setup(db)
+            learner.arm_pause("steps", meanwhile)
+            s.call()
+            if isinstance(seen.get("rival"), Exception):
+                raise seen["rival"]
+            if seen.get("rival", LOCKED) == LOCKED:
+                continue
+            stops += 1
+            problem = s.carry_on(db)
+        finally:
+            db.close()
+        if problem:
+            held = where(s.fn, k, trail).replace("killed (SIGKILL)", "stopped")
+            return stops, {"function": s.fn, "round_trip": k,
+                           "schedule": f"{held}; {s.then}: {problem}",
+                           "fix": s.fix}
+    return stops, None
+
+
+def run_scenes(stores: Stores, learner, scenes: list[Scene],
+               each: Callable = each_kill) -> dict:
+    """Each scene's kills (or stops: `each`), until one fails: {"kills",
+    "failed"} or {"error"}."""
     kills: dict[str, int] = {}
     for scene in scenes:
         try:
-            kills[scene.fn], failed = each_kill(stores, learner, scene)
+            kills[scene.fn], failed = each(stores, learner, scene)
         except Hidden as err:
             return {"error": str(err)}
         except (remote_module.LearnerError, remote_module.LearnerProcessDied,
@@ -145,6 +197,17 @@ def run_scenes(stores: Stores, learner, scenes: list[Scene]) -> dict:
         if failed:
             return {"kills": kills, "failed": failed}
     return {"kills": kills, "failed": None}
+
+
+RIVAL_WAIT_S = 0.1      # a rival's busy timeout: the stopped call never lets go
+
+
+def database(target: str, wait_s: float | None = None):
+    """The stand-in for a course database the host opens itself (SQLite file:
+    by its absolute path); `wait_s`: its busy timeout, else the course's."""
+    args = [os.path.abspath(target)] + ([wait_s] if wait_s is not None else [])
+    return remote_module.Local("course_object", module=Database.__module__,
+                               name=Database.__name__, args=args)
 
 
 SQLITE_ONLY = ("the kills between round trips count SQLite statements; run them "

@@ -41,6 +41,25 @@ def test_a_kill_after_the_ledger_row_applies_the_points_twice(tmp_path, name):
                                     "['completed']"), bad
 
 
+@pytest.mark.parametrize("name, stops", [("correct.py", 0),
+                                         ("points_lookup_then_claim.py", 1)])
+def test_two_deliveries_at_once_add_one_ledger_row(tmp_path, name, stops):
+    """The claim first, in the transaction: every stop holds the lock, so the
+    rival only waits. A lookup before the claim: the rival, run in its gap,
+    adds the row and the stopped call adds it again."""
+    for f in {name, corpus.BASE}:
+        shutil.copy(FOLDER / f, tmp_path / f)
+    data = claims_trips.interleaved_points(
+        str(tmp_path / "jobs.sqlite"), str(tmp_path / name), replay_matrix.KEY,
+        replay_matrix.T0)
+    assert data["kills"] == {"award_points": stops}, data
+    if stops:
+        assert data["failed"]["schedule"].endswith(
+            "then the first went on: 2 ledger row(s), record ['completed']"), data
+    else:
+        assert data["failed"] is None
+
+
 def test_the_grade_names_the_kill_and_the_fix():
     check = next(c for c in idempotent_claims.CHECKS
                  if c.name == "killed_between_round_trips")

@@ -14,9 +14,10 @@ FOLDER = corpus.ROOT / "outbox"
 
 @pytest.fixture
 def graded(tmp_path, r, redis_url):
-    """Kill between round trips, on a copy of one corpus module (beside the
-    correct one it star-imports), or on `source`: the run's data."""
-    def run(name: str, source: str | None = None) -> dict:
+    """Kill between round trips (or `how`), on a copy of one corpus module
+    (beside the correct one it star-imports), or on `source`: the run's data."""
+    def run(name: str, source: str | None = None,
+            how=outbox_trips.killed_between_trips) -> dict:
         shutil.copy(FOLDER / corpus.BASE, tmp_path / corpus.BASE)
         if source is None:
             shutil.copy(FOLDER / name, tmp_path / name)
@@ -25,7 +26,7 @@ def graded(tmp_path, r, redis_url):
         bench = outbox_runs.Bench(str(tmp_path / "app.sqlite"), redis_url,
                                   module=str(tmp_path / name), own_redis=True)
         try:
-            return outbox_trips.killed_between_trips(bench)
+            return how(bench)
         finally:
             bench.close()
     return run
@@ -113,3 +114,25 @@ def test_the_grade_says_where_it_was_killed_and_what_to_change():
                   "failed": None})
     assert ok.ok and ok.got.startswith("4 kills between round trips")
     assert not _judged(None).ok and "exit code 1" in _judged(None).message
+
+
+@pytest.mark.parametrize("name", ["correct.py", "alt_delete_rows.py"])
+def test_a_consumer_in_one_transaction_leaves_no_gap_to_a_rival(graded, name):
+    """Stopped anywhere, it holds the write lock (BEGIN IMMEDIATE first): the
+    rival finds the database locked, so no stop counts."""
+    assert graded(name, how=outbox_trips.interleaved_consumers) == {
+        "kills": {"summarize": 0}, "failed": None}
+
+
+def test_a_consumer_that_looks_then_writes_applies_the_effect_twice(graded):
+    """Killed anywhere it holds (the kills pass it); a rival in its gap
+    does not."""
+    name = "consumer_checks_then_writes.py"
+    assert graded(name)["failed"] is None
+    bad = graded(name, how=outbox_trips.interleaved_consumers)["failed"]
+    assert bad["schedule"] == (
+        "summarize stopped after round trip 1 of 5 (SQL SELECT 1 FROM summarized "
+        "WHERE doc_id = 0), before SQL BEGIN IMMEDIATE; meanwhile another "
+        "consumer ran summarize(db, 0) to its end; then the first went on: "
+        "document 0 was summarized 2 times"), bad
+    assert bad["fix"] == outbox_trips.FIX_RIVAL
