@@ -93,9 +93,11 @@ def round_trips(check: Check, data: dict | None, err: str, expected: str,
         return outcome(check, False, err)
     bad = data.get("failed")
     kills = sum(data["kills"].values())
+    fine = (f"{kills} {done}, nothing lost, no effect twice" if kills else
+            "no round trip left a gap: where the call could be stopped, it "
+            "held its transaction, so nothing was half done")
     return outcome(check, bad is None, bad and bad["fix"], expected,
-                   bad["schedule"] if bad else f"{kills} {done}, nothing lost, "
-                   "no effect twice")
+                   bad["schedule"] if bad else fine)
 
 
 _MISSED_PAUSE = re.compile(

@@ -113,6 +113,8 @@ def test_the_grade_says_where_it_was_killed_and_what_to_change():
     ok = _judged({"kills": {"save_document": 1, "relay_once": 3, "summarize": 0},
                   "failed": None})
     assert ok.ok and ok.got.startswith("4 kills between round trips")
+    none = _judged({"kills": {"summarize": 0}, "failed": None})
+    assert none.ok and none.got.startswith("no round trip left a gap")
     assert not _judged(None).ok and "exit code 1" in _judged(None).message
 
 

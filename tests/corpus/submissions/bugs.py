@@ -272,7 +272,7 @@ def reap(r, max_attempts=3):
             "        pause(\"between\", outbox_id)\n")]},
         loses={"killed_between_round_trips": "publish a row first"},
         keeps=["save_atomic", "relay_nothing_lost", "relay_kills_effects_once",
-               "effects_once", "no_skip_out_of_order"]),
+               "effects_once", "no_skip_out_of_order", "consumers_interleaved"]),
     "outbox_high_water_mark": dict(
         assignment="outbox_relay",
         edits={"myoutbox": [
