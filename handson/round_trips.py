@@ -133,7 +133,7 @@ def each_kill(stores: Stores, learner, s: Scene) -> tuple[int, dict | None]:
     return len(points), None
 
 
-LOCKED = "locked"        # the rival's write waited on the stopped call's transaction
+LOCKED = object()       # the rival's write waited on the stopped call's transaction
 
 
 def each_stop(stores: Stores, learner, s: Scene) -> tuple[int, dict | None]:
@@ -160,14 +160,16 @@ def each_stop(stores: Stores, learner, s: Scene) -> tuple[int, dict | None]:
                 try:            # never raise here: the learner's call waits
                     seen["rival"] = s.rival()
                 except remote_module.LearnerError as err:
-                    seen["rival"] = LOCKED if LOCKED in str(err) else err
+                    seen["rival"] = LOCKED if "locked" in str(err) else err
+                except remote_module.LearnerProcessDied as err:
+                    seen["rival"] = err
         try:
             s.setup(db)
             learner.arm_pause("steps", meanwhile)
             s.call()
             if isinstance(seen.get("rival"), Exception):
                 raise seen["rival"]
-            if seen.get("rival", LOCKED) == LOCKED:
+            if seen.get("rival", LOCKED) is LOCKED:
                 continue
             stops += 1
             problem = s.carry_on(db)
