@@ -84,6 +84,22 @@ class Evaluation:
     efficiency: dict = field(default_factory=dict)   # handson.queues.cost.compare
 
 
+def round_trips(check: Check, data: dict | None, err: str, expected: str,
+                done: str = "kills between round trips") -> Outcome:
+    """The kills (or stops) after each round trip of the learner's functions
+    (`handson.round_trips`): the first schedule that broke a rule, and what to
+    change; `data` None: the run's error `err`."""
+    if data is None:
+        return outcome(check, False, err)
+    bad = data.get("failed")
+    kills = sum(data["kills"].values())
+    fine = (f"{kills} {done}, nothing lost, no effect twice" if kills else
+            "no round trip left a gap: where the call could be stopped, it "
+            "held its transaction, so nothing was half done")
+    return outcome(check, bad is None, bad and bad["fix"], expected,
+                   bad["schedule"] if bad else fine)
+
+
 _MISSED_PAUSE = re.compile(
     r"expected 'paused ([\w-]+)( \d+)?' from worker \d+ \(.*?\), got (.*?); "
     r"stderr: (.*)", re.S)

@@ -14,7 +14,8 @@ run, the one `chaos_runs.json` gives it (the run that shows its bug), if it has
 one. An outbox module (save_document, relay_once, summarize) and a claims module
 (send_confirmation, award_points) are graded as the assignments grade them,
 outbox_relay and idempotent_claims: their runs kill the learner's code at the
-named points, in the sandbox, on a copy of the module.
+named points and after each of its round trips, in the sandbox, on a copy of
+the module.
 
 Each module but a folder's correct one holds only what it changes: it puts its
 own folder first on sys.path and star-imports the correct one (`mini_correct`

@@ -9,7 +9,10 @@ The notebook's `%%writefile myclaims.py` cell writes a module with
 It is graded by behaviour: `python -m handson.replay_matrix --job myclaims.py
 --json` runs the replay matrix's seven cases with real worker processes on the
 learner's code, kills them with SIGKILL at the named points, and reports what
-the mail provider counted and what the tables hold.
+the mail provider counted and what the tables hold. Then award_points is
+killed after each of its SQL statements, named point or not
+(`handson.claims_trips`), and delivered again; and stopped after each of them
+while the same delivery runs to its end in another worker.
 
 The matrix and its workers are a trusted harness (`queue_runs.learner_env`):
 they never import the learner's module. Each worker calls it in a host
@@ -47,6 +50,7 @@ from autograder.checks import (
     missed_pause,
     not_run,
     outcome,
+    round_trips,
 )
 from handson.replay_matrix import POLICY_EMAILS, POLICY_STATUS
 
@@ -65,6 +69,12 @@ CHECKS = [
           "case 7: a redelivery inside the lease sends nothing and takes nothing"),
     Check("same_transaction_effect", 2,
           "a database effect: claim, row and status in one transaction"),
+    Check("killed_between_round_trips", 2,
+          "the points job killed after every SQL statement, then redelivered: "
+          "one ledger row, completed"),
+    Check("points_interleaved", 1,
+          "the points job stopped after each SQL statement while the same "
+          "delivery runs in another worker: one ledger row"),
 ]
 NOTEBOOK_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 150
@@ -225,6 +235,17 @@ def judge(obs: dict, policy: str) -> list[Outcome]:
             "leaves nothing and the redelivery applies it once",
             "1 ledger row, record completed (after either crash)",
             " | ".join(got)))
+    for name, check, want, done in (
+            ("round_trips", "killed_between_round_trips",
+             "1 ledger row, record completed (after any kill)",
+             "kills between round trips"),
+            ("interleaved", "points_interleaved",
+             "1 ledger row, record completed (two deliveries at once)",
+             "stops while another worker ran")):
+        data = obs.get(name) or {"error": obs.get(
+            "error", f"the {done} did not report")}
+        err = data.get("error", "")
+        out.append(round_trips(by[check], None if err else data, err, want, done))
     return out
 
 

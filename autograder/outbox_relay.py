@@ -11,7 +11,12 @@ on the tables `handson.outbox.setup` makes. It is graded by behaviour:
 on the grader's own Redis) kills the save handler between its two inserts and
 the relay between publishing a row and recording it, each with SIGKILL at the
 named point `pause("between", n)`, delivers every job twice to the consumer,
-and commits outbox rows out of id order while the relay polls.
+and commits outbox rows out of id order while the relay polls. Then, where the
+learner named no point, each of the three functions is killed after each of
+its round trips, every SQL statement and Redis reply (`handson.outbox_trips`):
+a gap the pause does not mark is found all the same. And the consumer is
+stopped after each of its round trips while another consumer, in a process of
+its own, summarizes the same document (`outbox_trips.interleaved_consumers`).
 
 The experiments and their workers are a trusted harness
 (`queue_runs.learner_env`): the grader imports none of the learner's code, and
@@ -41,6 +46,7 @@ from autograder.checks import (
     missed_pause,
     not_run,
     outcome,
+    round_trips,
 )
 
 NAME = "outbox_relay"
@@ -56,6 +62,12 @@ CHECKS = [
           "every job delivered twice: each document summarized once"),
     Check("no_skip_out_of_order", 3,
           "rows committed out of id order: the relay publishes every one"),
+    Check("killed_between_round_trips", 2,
+          "save, relay and consumer each killed after every SQL statement and "
+          "Redis reply: nothing lost, each effect once"),
+    Check("consumers_interleaved", 1,
+          "a consumer stopped after each round trip while another consumes "
+          "the same job: the effect once"),
 ]
 NOTEBOOK_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 180
@@ -163,7 +175,22 @@ def judge(obs: dict) -> list[Outcome]:
             f"all {d['writers']} rows published",
             f"{d['skipped']} of {d['writers']} never published "
             f"(commit order {d['commit_order']})"))
+    out.append(_round_trips(obs, by["killed_between_round_trips"]))
+    d, err = _run(obs, "interleaved")
+    out.append(round_trips(by["consumers_interleaved"], d, err,
+                           "document 0 summarized once, whatever ran between "
+                           "two round trips of its consumer",
+                           "stops while another consumer ran"))
     return out
+
+
+def _round_trips(obs: dict, check: Check) -> Outcome:
+    """Kills the learner did not name: after each round trip of each function
+    (`handson.outbox_trips`)."""
+    d, err = _run(obs, "round_trips")
+    return round_trips(check, d, err, "after any kill: every document has its "
+                       "job, every job is delivered, each document summarized "
+                       "once")
 
 
 def evaluate_file(path: str, redis_url: str, quick: bool = False,

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 
 import redis
 
-from handson import outbox, wal_relay
+from handson import outbox, outbox_trips, wal_relay
 from handson.effects.sqldb import Database, default_target
 from handson.infra.worker_process import WorkerError, run_or_kill
 from handson.queues.contract import load_queue
@@ -249,17 +249,23 @@ def doubled_deliveries(bench: Bench, docs: int = 20) -> RelayRun:
 
 
 def observe_all(bench: Bench, docs: int = 40, kills: int = 3) -> dict:
-    """The three experiments on a module, as plain data (for a grader)."""
+    """The experiments on a module, as plain data (for a grader); a learner's
+    module also killed after each of its functions' round trips
+    (`handson.outbox_trips`)."""
     runs = {
         "save_killed": lambda: dual_write(bench, "outbox", docs, kills),
         "relay_killed": lambda: relay_kills(bench, True, docs, kills),
         "doubled_deliveries": lambda: doubled_deliveries(bench),
         "out_of_order": lambda: out_of_order(bench, "flag"),
     }
+    if bench.module:        # a host of ours, killed after each round trip
+        runs["round_trips"] = lambda: outbox_trips.killed_between_trips(bench)
+        runs["interleaved"] = lambda: outbox_trips.interleaved_consumers(bench)
     out = {}
     for name, run in runs.items():
         try:
-            out[name] = asdict(run())
+            got = run()
+            out[name] = got if isinstance(got, dict) else asdict(got)
         except (WorkerError, OSError) as err:
             out[name] = {"error": str(err)}
     return out

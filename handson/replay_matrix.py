@@ -22,7 +22,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 
-from handson import confirmation_job
+from handson import claims_trips, confirmation_job
 from handson.confirmation_job import JOB_TYPE, LEASE_S, POLICIES
 from handson.effects import claims
 from handson.effects.mailer import open_mailer
@@ -223,6 +223,11 @@ def observe_all(lab: Lab) -> dict:
             "points_records": [[r.operation_key, r.status]
                                for r in c.points_records],
             "emails_cell": emails_cell(c), "record_cell": record_cell(c)}
+    if lab.job:             # a host of ours, killed after each statement
+        out["round_trips"] = claims_trips.killed_between_trips(
+            lab.target, lab.job, KEY, (T0, INSIDE_LEASE, AFTER_LEASE))
+        out["interleaved"] = claims_trips.interleaved_points(lab.target, lab.job,
+                                                             KEY, T0)
     return out
 
 

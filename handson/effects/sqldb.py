@@ -103,6 +103,15 @@ class Database:
         finally:
             self._in_tx = False
 
+    def on_statement(self, callback) -> bool:
+        """Call `callback(sql)` as each statement on this connection starts,
+        whoever runs it (a grader counts a caller's round trips with it).
+        SQLite only: False on PostgreSQL, where nothing is called."""
+        if self.dialect != "sqlite":
+            return False
+        self._conn.set_trace_callback(callback)
+        return True
+
     def drop(self, *tables: str) -> None:
         for table in tables:
             self.run(f"DROP TABLE IF EXISTS {table}")

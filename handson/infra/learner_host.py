@@ -238,7 +238,11 @@ def _course_object(module: str, name: str, args: list):
     it, as in-process calls would share the caller's database connection)."""
     key = (module, name, json.dumps(args), threading.get_ident())
     if key not in _OBJECTS:
-        _OBJECTS[key] = getattr(importlib.import_module(module), name)(*args)
+        obj = getattr(importlib.import_module(module), name)(*args)
+        hook = getattr(obj, "on_statement", None)
+        if callable(hook):          # a database: its statements are round trips
+            hook(_statement)
+        _OBJECTS[key] = obj
     return _OBJECTS[key]
 
 
@@ -387,6 +391,40 @@ def _functions(module) -> dict:
 
 
 _ARMED = threading.local()
+TRAIL = 64              # round trips named in an answer's trail, at most
+
+
+def _round_trips() -> int:
+    """The call's round trips so far: its own Redis replies (no handshake,
+    no script reload) and the statements of a database made here."""
+    return (getattr(_ARMED, "replies", 0) - getattr(_ARMED, "uncounted", 0)
+            + getattr(_ARMED, "statements", 0))
+
+
+def _kill_between() -> None:
+    """A round trip starts: the armed kill between round trips lands here,
+    and the pause between them ("steps": stop after each round trip)."""
+    if getattr(_ARMED, "connecting", False):
+        return
+    done, between = _round_trips(), getattr(_ARMED, "between", None)
+    if between and done >= between:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if getattr(_ARMED, "pause", None) == "steps" and done:
+        CALLBACKS.call(getattr(_REQUEST, "id", None), 0, "__call__", [done], {})
+
+
+def _note(step: str) -> None:
+    trail = getattr(_ARMED, "trail", None)
+    if trail is not None and len(trail) < TRAIL:
+        trail.append(step if len(step) <= 90 else step[:87] + "...")
+
+
+def _statement(sql: str) -> None:
+    """A statement of a course database starts (its trace callback): one
+    round trip, counted like a Redis reply for `crash_between_reply`."""
+    _kill_between()
+    _ARMED.statements = getattr(_ARMED, "statements", 0) + 1
+    _note("SQL " + " ".join(str(sql).split()))
 
 
 _PATCHED: list = []
@@ -409,13 +447,19 @@ def _crash_after_replies() -> None:
     quota: unknown, no pass.
 
     Or `crash_between_reply: k`: the host SIGKILLs itself when the call, having
-    read at least k replies, sends its next request: it dies between two round
-    trips, and a call that makes no more after reply k goes on.
+    made at least k round trips, starts its next one: it dies between two round
+    trips, and a call that makes no more after the k-th goes on. A round trip
+    is a Redis reply, or a statement of a database the host made for the call
+    (`_course_object`: its `on_statement` hook), so a call that writes SQLite
+    and Redis can be killed between any two of its steps. Every answer names
+    the call's round trips in order (`trail`), for the grader's witness.
 
     Or `pause_after_reply: k`: right after the k-th reply the host calls back
     the caller's object 0 (see Callbacks) and waits for its answer, so the
     harness runs a rival call while this one is stopped between round trips
-    ("every": after each reply, to look at the server between them).
+    ("every": after each reply, to look at the server between them; "steps":
+    as each round trip but the first starts, Redis or SQL, told how many went
+    before, to look at both stores between them).
     Or `pause_between_ids: pattern`: once a reply of the call held strings
     matching the pattern (job ids), the host calls back object 0 with
     [replies, the ids] as the call sends its next request, once: stopped
@@ -451,6 +495,13 @@ def job_ids(reply, pattern: str, limit: int = 10_000) -> set[str]:
     return found
 
 
+def command_name(command) -> str:
+    """The name of the (first) command of a packed request (`*N $len NAME`)."""
+    head = command[0] if isinstance(command, (list, tuple)) else command
+    parts = bytes(head[:64]).split(b"\r\n")
+    return parts[2].decode("latin-1").upper() if len(parts) > 2 else "?"
+
+
 def _patch_read_response() -> None:
     from redis.connection import AbstractConnection
 
@@ -458,15 +509,13 @@ def _patch_read_response() -> None:
     send, connect = AbstractConnection.send_packed_command, AbstractConnection.connect
 
     def send_packed_command(conn, command, *args, **kwargs):
-        between = getattr(_ARMED, "between", None)
-        if (between and not getattr(_ARMED, "connecting", False)
-                and _ARMED.replies - _ARMED.uncounted >= between):
-            os.kill(os.getpid(), signal.SIGKILL)
+        _kill_between()
         if getattr(_ARMED, "seen", None) and not getattr(_ARMED, "connecting", False):
             seen, _ARMED.seen, _ARMED.watch = sorted(_ARMED.seen), set(), None
             CALLBACKS.call(getattr(_REQUEST, "id", None), 0, "__call__",
                            [_ARMED.replies, seen], {})
         _ARMED.loading = loads_script(command)
+        _ARMED.command = command_name(command)
         return send(conn, command, *args, **kwargs)
 
     def connecting(conn, *args, **kwargs):
@@ -484,8 +533,10 @@ def _patch_read_response() -> None:
             # the call's own, for a kill between them
             _ARMED.uncounted = getattr(_ARMED, "uncounted", 0) + 1
             _ARMED.loading = False
-        elif getattr(_ARMED, "watch", None):
-            _ARMED.seen.update(job_ids(reply, _ARMED.watch))
+        elif not getattr(_ARMED, "connecting", False):
+            _note(f"Redis {getattr(_ARMED, 'command', '?')}")
+            if getattr(_ARMED, "watch", None):
+                _ARMED.seen.update(job_ids(reply, _ARMED.watch))
         after = getattr(_ARMED, "after", None)
         if after:
             _ARMED.after = after - 1
@@ -526,6 +577,7 @@ def serve(module, inbox, outbox) -> None:
             _crash_after_replies()
         _ARMED.after, _ARMED.replies = req.get("crash_after_reply"), 0
         _ARMED.between, _ARMED.uncounted = req.get("crash_between_reply"), 0
+        _ARMED.statements, _ARMED.trail = 0, []
         _ARMED.pause = req.get("pause_after_reply")
         _ARMED.watch, _ARMED.seen = req.get("pause_between_ids"), set()
         try:
@@ -546,6 +598,8 @@ def serve(module, inbox, outbox) -> None:
             answer = {"id": req["id"], "ok": encode(value), "notes": notes}
             if _PATCHED:
                 answer["replies"] = _ARMED.replies
+            if _ARMED.trail:
+                answer["trail"] = _ARMED.trail
             reply(answer)
         except BaseException as err:
             _ARMED.after = _ARMED.pause = _ARMED.between = _ARMED.watch = None

@@ -186,6 +186,7 @@ class _Host:
             pass            # it died already: the hello says how
         self.pending: dict[int, queue.SimpleQueue] = {}   # id -> its messages
         self.replies: dict[str, int] = {}   # function -> Redis replies, last call
+        self.trails: dict[str, list] = {}   # function -> its round trips, named
         self.ids = iter(range(1, 1 << 62))
         self.lanes: set = set()             # each has a thread in the host
         self.died: str | None = None
@@ -324,6 +325,9 @@ class _Host:
         notes.extend(reply.get("notes") or [])
         if isinstance(reply.get("replies"), int):
             self.replies[fn] = reply["replies"]
+        trail = reply.get("trail")
+        self.trails[fn] = ([str(t) for t in trail] if isinstance(trail, list)
+                           else [])
         if "error" in reply:
             err = reply["error"]
             raise _kind(err.get("type", "Exception"))(err.get("message", ""))
@@ -421,7 +425,9 @@ class RemoteModule:
     def arm_pause(self, after_replies: int | str, meanwhile) -> None:
         """The next call on this thread stops after that many Redis replies
         while `meanwhile(k)` runs here (a rival call), then goes on; "every":
-        after each of its replies."""
+        after each of its replies; "steps": after each of its round trips,
+        Redis replies and statements of a database the host made, as the
+        next one starts (k: how many went before)."""
         self._armed.pause = (after_replies, meanwhile)
 
     def arm_pause_between(self, pattern: str, meanwhile) -> None:
@@ -433,6 +439,12 @@ class RemoteModule:
     def replies(self, fn: str) -> int:
         """Redis replies fn's last answered call read (1 until one is known)."""
         return max(1, self._current().replies.get(fn, 1))
+
+    def trail(self, fn: str) -> list[str]:
+        """fn's last answered call's round trips, in order, as the host named
+        them ("SQL UPDATE ...", "Redis EVALSHA"): what the learner's
+        code said it did, for a witness, never for a verdict."""
+        return list(self._current().trails.get(fn, []))
 
     def _local(self, value, callers: dict):
         if value is self:

@@ -259,6 +259,21 @@ def reap(r, max_attempts=3):
         loses={"relay_nothing_lost": "publish first"},
         keeps=["save_atomic", "relay_kills_effects_once", "effects_once",
                "no_skip_out_of_order"]),
+    "outbox_mark_first_pause_last": dict(
+        assignment="outbox_relay",
+        edits={"myoutbox": [(
+            "        queue.enqueue(r, {\"doc_id\": doc_id, \"outbox_id\": outbox_id})\n"
+            "        pause(\"between\", outbox_id)\n"
+            "        db.run(\"UPDATE outbox SET sent = 1 WHERE id = ?\", "
+            "(outbox_id,))\n",
+            "        db.run(\"UPDATE outbox SET sent = 1 WHERE id = ?\", "
+            "(outbox_id,))\n"
+            "        queue.enqueue(r, {\"doc_id\": doc_id, \"outbox_id\": outbox_id})"
+            "\n"
+            "        pause(\"between\", outbox_id)\n")]},
+        loses={"killed_between_round_trips": "publish a row first"},
+        keeps=["save_atomic", "relay_nothing_lost", "relay_kills_effects_once",
+               "effects_once", "no_skip_out_of_order", "consumers_interleaved"]),
     "outbox_high_water_mark": dict(
         assignment="outbox_relay",
         edits={"myoutbox": [
