@@ -22,9 +22,13 @@ book: $(STAMP)
 ## test: build the book (the gate), then run the test suite
 ## Three test files at a time: most of a test is waiting on leases, kills and
 ## sleeps. With REDIS_URL the tests share that server (and empty it), so one.
+## A grade starts a few hundred Pythons: the course's modules are compiled once
+## here, so none of them compiles its imports again (with PYTHONDONTWRITEBYTECODE
+## set, nothing else would ever write the bytecode).
 TEST_JOBS := $(if $(REDIS_URL),-n 0,-n 3 --dist loadfile)
 test: book
 	$(BIN)/python -m ruff check .
+	$(BIN)/python -m compileall -q autograder handson
 	$(BIN)/python -m pytest $(TEST_JOBS)
 
 ## exercises: regenerate exercises/ from solutions/ (never edit exercises/ by hand)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 _SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
 _CREATE_VERSION = 1
@@ -55,8 +54,8 @@ def _libc():
 
 def abi_version() -> int:
     """The kernel's Landlock ABI version, 0 when there is none (or not Linux)."""
-    numbers = _SYSCALLS.get(platform.machine())
-    if platform.system() != "Linux" or numbers is None:
+    numbers = _SYSCALLS.get(os.uname().machine)     # not `platform`: a slow import
+    if os.uname().sysname != "Linux" or numbers is None:
         return 0
     version = _libc().syscall(numbers[0], None, ctypes.c_size_t(0),
                               ctypes.c_uint32(_CREATE_VERSION))
@@ -80,7 +79,7 @@ def restrict(read: list[str], write: list[str], devices: list[str] = (),
     abi = abi_version()
     if abi == 0:
         return 0
-    create, add_rule, restrict_self = _SYSCALLS[platform.machine()]
+    create, add_rule, restrict_self = _SYSCALLS[os.uname().machine]
     libc = _libc()
     fs = _fs_access(abi)
     net = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 and deny_tcp else 0

@@ -12,19 +12,52 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbgrader.utils import compute_checksum, is_grade, is_solution
 
 REPO = Path(__file__).resolve().parent.parent
 # The source notebooks; AUTOGRADER_SOURCE_DIR points the grader at another
 # copy (a fix being tried before it is committed, or a test's).
 SOURCE_DIR = Path(os.environ.get("AUTOGRADER_SOURCE_DIR") or REPO / "solutions")
 RELEASE_DIR = REPO / "exercises"
+
+
+# nbgrader's cell tests and checksum (`nbgrader.utils`), as nbgrader writes
+# them: importing nbgrader runs its package, a Jupyter server extension with
+# its database models, about 1 s CPU in every process that grades.
+# tests/test_restore.py holds them equal to nbgrader's on every source cell.
+
+def is_grade(cell) -> bool:
+    return cell.metadata.get("nbgrader", {}).get("grade", False)
+
+
+def is_solution(cell) -> bool:
+    return cell.metadata.get("nbgrader", {}).get("solution", False)
+
+
+def _is_locked(cell) -> bool:
+    if "nbgrader" not in cell.metadata or is_solution(cell):
+        return False
+    if is_grade(cell):
+        return True
+    return cell.metadata["nbgrader"].get("locked", False)
+
+
+def compute_checksum(cell) -> str:
+    """The checksum nbgrader records in a cell's metadata when it releases it."""
+    m = hashlib.md5()
+    for part in (cell.source, cell.cell_type, str(is_grade(cell)),
+                 str(is_solution(cell)), str(_is_locked(cell)),
+                 cell.metadata.nbgrader["grade_id"]):
+        m.update(part.encode("utf-8"))
+    if is_grade(cell):
+        m.update(str(float(cell.metadata.nbgrader["points"])).encode("utf-8"))
+    return m.hexdigest()
 
 
 class SubmissionError(Exception):

@@ -133,3 +133,30 @@ def test_a_duplicated_answer_runs_as_plain_code(source):
     assert notebook.role(done.nb.cells[-1]) == "other"
     runnable = notebook.learner_cells(done.nb).cells
     assert sum(c.source == twin.source for c in runnable) == 2
+
+
+def test_cell_tests_and_checksum_are_nbgrader_s():
+    """notebook's copies of nbgrader.utils agree with it on every released and
+    source cell, and on the odd metadata a learner's copy may carry."""
+    from nbgrader import utils
+
+    cells = [c for d in ("solutions", "exercises")
+             for nb in sorted((notebook.REPO / d).glob("*/*.ipynb"))
+             for c in notebook.read(nb).cells if "nbgrader" in c.metadata]
+    assert len(cells) > 50
+    odd = copy.deepcopy(cells[0])
+    for grade, solution, locked, points in [(1, False, False, 2), (0, 0, 1, 1),
+                                            (True, True, True, 3), (None, 0, 0, 0)]:
+        cell = copy.deepcopy(odd)
+        cell.metadata.nbgrader.update(grade=grade, solution=solution,
+                                      locked=locked, points=points)
+        cells.append(cell)
+    for cell in cells:
+        assert notebook.is_grade(cell) == utils.is_grade(cell)
+        assert notebook.is_solution(cell) == utils.is_solution(cell)
+        assert notebook.compute_checksum(cell) == utils.compute_checksum(cell)
+    released = [c for nb in sorted((notebook.REPO / "exercises").glob("*/*.ipynb"))
+                for c in notebook.read(nb).cells if "checksum" in
+                c.metadata.get("nbgrader", {})]
+    assert released and all(notebook.compute_checksum(c)
+                            == c.metadata.nbgrader.checksum for c in released)
