@@ -55,7 +55,7 @@ TRIAL_CHECKS = [
           "the lease is checked once more after the work returns"),
 ]
 CHECKS = CONTRACT_CHECKS + TRIAL_CHECKS
-TRIAL_TIMEOUT_S = 120
+TRIAL_TIMEOUT_S = 180
 
 
 def _trial_outcomes(data: dict) -> list:

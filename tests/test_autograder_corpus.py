@@ -75,7 +75,8 @@ def test_bug_costs_the_check_that_names_it(graded, name):
     if "note" in spec:
         assert any(spec["note"] in n for n in result.notes), result.notes
     assert 0 <= result.score < result.max_score
-    assert elapsed < 150, f"grading {name} took {elapsed:.0f} s"
+    # a hang, not a slow machine: a loaded suite has taken 180 s
+    assert elapsed < 400, f"grading {name} took {elapsed:.0f} s"
 
 
 def test_nothing_the_submissions_started_is_left_running(graded):
