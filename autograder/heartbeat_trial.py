@@ -223,12 +223,13 @@ def _set_aside(run: dict) -> str:
     """Why a long_jobs run says nothing of the learner's heartbeat ('' if it does).
 
     The server's clock gained a heartbeat's worth (its leases end early), or a
-    lease was lost while the machine held this harness for half a lease (it held
-    the beating thread too, then): the lease ran out through no fault of theirs.
+    lease was lost while the machine held this harness for a heartbeat's worth
+    (it may have held the beating thread longer): the lease ran out through no
+    fault of theirs.
     """
     if run.get("clock_gained_ms", 0) >= LEASE_S * 1000 / 3:
         return f"the Redis server's clock gained {run['clock_gained_ms']:.0f} ms"
-    if run.get("requeued") and run.get("stall_ms", 0) >= LEASE_S * 1000 / 2:
+    if run.get("requeued") and run.get("stall_ms", 0) >= LEASE_S * 1000 / 3:
         return f"the machine held the grader for {run['stall_ms']:.0f} ms"
     return ""
 
