@@ -179,6 +179,19 @@ def _unjudged(rep: dict) -> str:
     return ""
 
 
+def _zombies_built(reports: list[dict]) -> str:
+    """What a passed stale-ack check rests on: zombies are built when the run
+    can, not a quota (see ZOMBIES), so a run may have tried no late ack."""
+    made = sum(rep.get("stats", {}).get("faults", {}).get("zombies", 0)
+               for rep in reports)
+    if made:
+        return (f"{made} zombie(s) answered after their job's next claim; "
+                "none was accepted")
+    return ("the run built no zombie (no paused worker's job was claimed again "
+            "while it waited), so no late ack was tried: zombie_ack_refused "
+            "alone judged the fence")
+
+
 def _chaos_outcomes(reports: list[dict], shown_path: str, real_path: str) -> tuple:
     out, invariants, replay = [], {}, ""
     for c in CHAOS_CHECKS:
@@ -209,6 +222,8 @@ def _chaos_outcomes(reports: list[dict], shown_path: str, real_path: str) -> tup
                     break
             if not ok:
                 break
+        if ok and c.name == "chaos_no_stale_ack":
+            got = _zombies_built(reports)
         out.append(outcome(c, ok, message, expected, got, witnesses, replay))
         out[-1].timelines = pictures
     for rep in reports:                 # False beats unknown (None) beats True

@@ -68,6 +68,12 @@ def test_bug_costs_the_check_that_names_it(graded, name):
         assert not o.ok and o.points == 0, f"{check} should fail for {name}"
         text = o.message + " " + o.got
         assert phrase.lower() in text.lower(), f"{check}: {text!r}"
+    for check, (phrase, unbuilt) in spec.get("loses_if_built", {}).items():
+        o = by[check]
+        if o.ok:
+            assert unbuilt in o.got, f"{check} passed for {name}: {o.got!r}"
+        else:
+            assert phrase in o.message + " " + o.got, o.explain()
     for check in spec["keeps"]:
         assert by[check].ok, f"{name} also broke {check}: {by[check].explain()}"
     if "problem" in spec:
