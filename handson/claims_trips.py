@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from handson import confirmation_job
 from handson.effects import claims
-from handson.effects.sqldb import Database, is_postgres
-from handson.infra import learner_module, remote_module
+from handson.effects.sqldb import Database
+from handson.infra import remote_module
 from handson.round_trips import (
     RIVAL_WAIT_S,
-    SQLITE_ONLY,
     Scene,
     Stores,
+    Unrunnable,
     database,
     each_stop,
-    hosted,
+    hosts,
     run_scenes,
 )
 
@@ -55,11 +55,9 @@ def killed_between_trips(target: str, job: str, key: str,
                          times: tuple[float, float, float]) -> dict:
     """award_points killed after each statement at times[0], then delivered
     at times[1] (inside the lease) and times[2] (after it); plain data."""
-    if is_postgres(target):
-        return {"error": SQLITE_ONLY}
     try:
-        learner = hosted(job, "your job")
-    except learner_module.ModuleProblem as err:
+        [learner] = hosts(target, job, "your job")
+    except Unrunnable as err:
         return {"error": str(err)}
     ldb = database(target)
     pause, lease = PAUSE, confirmation_job.LEASE_S
@@ -89,16 +87,9 @@ def interleaved_points(target: str, job: str, key: str, now: float) -> dict:
     """award_points stopped after each of its round trips while the same
     delivery runs to its end in another host (two workers at once); one
     ledger row and a completed record must remain."""
-    if is_postgres(target):
-        return {"error": SQLITE_ONLY}
     try:
-        learner = hosted(job, "your job")
-    except learner_module.ModuleProblem as err:
-        return {"error": str(err)}
-    try:
-        other = hosted(job, "your job")
-    except learner_module.ModuleProblem as err:
-        learner.close()
+        learner, other = hosts(target, job, "your job", 2)
+    except Unrunnable as err:
         return {"error": str(err)}
     ldb, rdb = database(target), database(target, RIVAL_WAIT_S)
     lease = confirmation_job.LEASE_S

@@ -19,16 +19,15 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from handson import outbox
-from handson.effects.sqldb import Database, is_postgres
-from handson.infra import learner_module
+from handson.effects.sqldb import Database
 from handson.round_trips import (
     RIVAL_WAIT_S,
-    SQLITE_ONLY,
     Scene,
     Stores,
+    Unrunnable,
     database,
     each_stop,
-    hosted,
+    hosts,
     run_scenes,
 )
 
@@ -104,11 +103,9 @@ def _scenes(bench, learner, kit) -> list[Scene]:
 
 def killed_between_trips(bench) -> dict:
     """Each function killed after each of its round trips, judged; plain data."""
-    if is_postgres(bench.target):
-        return {"error": SQLITE_ONLY}
     try:
-        learner = hosted(bench.module, "your outbox module")
-    except learner_module.ModuleProblem as err:
+        [learner] = hosts(bench.target, bench.module, "your outbox module")
+    except Unrunnable as err:
         return {"error": str(err)}
     a = SimpleNamespace(db=bench.target, redis=bench.redis_url,
                         queue=bench.queue_spec)
@@ -130,16 +127,9 @@ def interleaved_consumers(bench) -> dict:
     """summarize stopped after each of its round trips while another
     consumer, in a host of its own, summarizes the same document to the end
     (a job delivered to two workers at once); one effect must remain."""
-    if is_postgres(bench.target):
-        return {"error": SQLITE_ONLY}
     try:
-        learner = hosted(bench.module, "your outbox module")
-    except learner_module.ModuleProblem as err:
-        return {"error": str(err)}
-    try:
-        other = hosted(bench.module, "your outbox module")
-    except learner_module.ModuleProblem as err:
-        learner.close()
+        learner, other = hosts(bench.target, bench.module, "your outbox module", 2)
+    except Unrunnable as err:
         return {"error": str(err)}
     ldb, rdb = database(bench.target), database(bench.target, RIVAL_WAIT_S)
     scene = Scene("summarize", _one_document, lambda: learner.summarize(ldb, 0),

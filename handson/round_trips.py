@@ -21,8 +21,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from handson.effects.sqldb import Database
-from handson.infra import remote_module
+from handson.effects.sqldb import Database, is_postgres
+from handson.infra import learner_module, remote_module
 from handson.queues import checkbase, interleave
 
 MAX_TRIPS = 24          # a call is killed after each of its first 24 round trips
@@ -220,3 +220,23 @@ def hosted(spec: str, what: str):
     """The learner's module in a host of its own (confined as the grader's
     runs are, when they are); ModuleProblem if it cannot load."""
     return remote_module.load(spec, remote_module.prefix_from_env() or [], what)
+
+
+class Unrunnable(Exception):
+    """Why the round trips cannot be judged here; its text is the error shown."""
+
+
+def hosts(target: str, spec: str, what: str, n: int = 1) -> list:
+    """n hosts of the learner's module for a run on SQLite `target`; Unrunnable
+    on PostgreSQL or if the module cannot load (the hosts started are closed)."""
+    if is_postgres(target):
+        raise Unrunnable(SQLITE_ONLY)
+    started: list = []
+    try:
+        for _ in range(n):
+            started.append(hosted(spec, what))
+    except learner_module.ModuleProblem as err:
+        for host in started:
+            host.close()
+        raise Unrunnable(str(err)) from None
+    return started
