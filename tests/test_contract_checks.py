@@ -405,12 +405,7 @@ def test_the_other_clients_step_is_ringed_when_it_broke_the_rule(tmp_path,
     assert bad[0]["text"].endswith("as attempt 1")
 
 
-def test_a_heartbeat_held_by_a_stalled_machine_is_not_judged(tmp_path, redis_url):
-    """A machine that stops the whole check past the lease (here: the process
-    group is stopped once a trial, and resumed 0.7 s later) lets a correct lease
-    run out; such trials are not judged."""
-    path = tmp_path / "stalled.py"
-    path.write_text(SOURCE.replace("def extend(", "def _extend_now(", 1) + '''
+STALLING = SOURCE.replace("def extend(", "def _extend_now(", 1) + '''
 
 import os, signal, subprocess
 _calls = {}
@@ -419,15 +414,35 @@ _calls = {}
 def extend(r, job_id, attempt, lease_s, *, queue="q"):
     key = (job_id, attempt)
     _calls[key] = _calls.get(key, 0) + 1
-    if _calls[key] == 3:
+    if _calls[key] == 3 and len(_calls) <= STALLED_JOBS:
         group = os.getpgid(0)
         subprocess.Popen(["sh", "-c", f"sleep 0.7; kill -CONT -{group}"],
                          start_new_session=True)
         os.killpg(group, signal.SIGSTOP)
     return _extend_now(r, job_id, attempt, lease_s, queue=queue)
-''')
+'''
+
+
+def test_a_heartbeat_held_by_a_stalled_machine_is_run_again(tmp_path, redis_url):
+    """A machine that stops the whole check past the lease (here: the process
+    group is stopped in a trial, and resumed 0.7 s later) lets a correct lease
+    run out; such a trial is set aside and the next one judged."""
+    path = tmp_path / "stalled.py"
+    path.write_text(STALLING + "\nSTALLED_JOBS = 2\n")
     [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
-    assert res.ok and res.got.startswith("not judged"), res
+    assert res.ok and res.got.startswith("never reaped"), res
+    assert "2 trial(s) before it set aside" in res.got, res
+
+
+def test_a_machine_stalled_in_every_trial_is_judged_on_the_last(tmp_path,
+                                                                 redis_url):
+    """Stalling the machine earns nothing: a module that stops its group past
+    the lease in every trial is judged on the last, and loses its lease."""
+    path = tmp_path / "stalls_always.py"
+    path.write_text(STALLING + "\nSTALLED_JOBS = 99\n")
+    [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
+    assert not res.ok and "2 trial(s) before it set aside" in res.got, res
+    assert res.got.startswith(("reaped", "extend took")), res
 
 
 def test_an_extend_slow_on_its_own_is_judged(tmp_path, redis_url):
