@@ -25,8 +25,9 @@ import psutil
 import pytest
 import redis
 
-from autograder import notebook, sandbox
 from autograder.grade import grade
+from autograder.isolation import sandbox
+from autograder.notebooks import notebook
 from handson.redis_server import EmbeddedRedis
 
 ROOT = notebook.REPO
@@ -222,7 +223,7 @@ def test_killing_the_supervisor_leaves_nothing_and_is_reported(tmp_path):
     while not alive_with(marker) and time.monotonic() < deadline:
         pass
     sups = [p for p in psutil.Process().children(recursive=True)
-            if "autograder.sandbox" in " ".join(p.cmdline())]
+            if "autograder.isolation.sandbox" in " ".join(p.cmdline())]
     assert sups and alive_with(marker)
     for p in sups:
         p.send_signal(signal.SIGKILL)
@@ -238,7 +239,7 @@ def test_killing_the_supervisor_leaves_nothing_and_is_reported(tmp_path):
 ATTACKS = [
     # rewrite the grader
     "import autograder, pathlib\n"
-    "p = pathlib.Path('{root}/autograder/checks.py')\n"
+    "p = pathlib.Path('{root}/autograder/judges/checks.py')\n"
     "try:\n    p.write_text(p.read_text() + '\\nOWNED = 1\\n')\n"
     "except OSError as err:\n    print('could not write', err)",
     # kill the grader (its pid written into the cell) and the sandbox's init
