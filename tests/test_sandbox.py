@@ -19,6 +19,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import nbformat
 import psutil
@@ -62,7 +63,7 @@ def tree_hash(*dirs: str) -> str:
 
 def test_writes_only_in_its_work_dir(tmp_path):
     outside = tmp_path / "outside.txt"
-    checks = ROOT / "autograder" / "checks.py"
+    checks = ROOT / "autograder" / "judges" / "checks.py"
     before = checks.read_bytes()
     fin = confined(tmp_path, """
         import sys
@@ -81,9 +82,21 @@ def test_writes_only_in_its_work_dir(tmp_path):
     assert fin.isolation == "full" and fin.protections["landlock"] >= 6
 
 
+def test_the_kernel_may_read_its_runner_and_no_other_grader_file():
+    """The kernel's read list: the notebook runner with the packages on its way,
+    the handson modules the releases import, nothing else of the checkout."""
+    files = [Path(f).relative_to(ROOT).as_posix() for f in sandbox.kernel_read_paths()]
+    grader = {f for f in files if f.startswith("autograder/")}
+    assert grader == {"autograder/__init__.py", "autograder/notebooks/__init__.py",
+                      "autograder/notebooks/run_notebook.py"}, grader
+    assert all(f.startswith("handson/") for f in set(files) - grader), files
+    assert all((ROOT / f).is_file() for f in files)
+
+
 def test_cannot_read_solutions_tests_or_the_grader(tmp_path):
     secret = [ROOT / "solutions" / "claim_ack_reap" / "claim_ack_reap.ipynb",
-              ROOT / "autograder" / "checks.py", ROOT / "tests" / "conftest.py"]
+              ROOT / "autograder" / "judges" / "checks.py",
+              ROOT / "tests" / "conftest.py"]
     allowed = ROOT / "handson" / "q.py"
     fin = confined(tmp_path, """
         import sys
