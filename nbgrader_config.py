@@ -44,11 +44,11 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__",
 c.ExecutePreprocessor.timeout = 300
 c.Execute.timeout = 300
 # Grade cells are never run in the learner's kernel: in place of nbgrader's
-# Execute, autograder.nbgrader_grade grades the notebook outside it (the same
+# Execute, autograder.notebooks.nbgrader_grade grades the notebook outside it (the same
 # `grade()` as `python -m autograder grade`) and writes each grade cell's
 # outcome as its output, which SaveAutoGrades turns into points.
 c.Autograde.autograde_preprocessors = [
-    "autograder.nbgrader_grade.GradeOutsideKernel",
+    "autograder.notebooks.nbgrader_grade.GradeOutsideKernel",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

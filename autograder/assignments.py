@@ -12,12 +12,12 @@ import importlib
 from types import ModuleType
 
 REGISTRY = {
-    "delivery_semantics": "autograder.delivery_semantics",
-    "claim_ack_reap": "autograder.claim_ack_reap",
-    "heartbeats": "autograder.heartbeats",
-    "idempotent_claims": "autograder.idempotent_claims",
-    "outbox_relay": "autograder.outbox_relay",
-    "pg_claim_finish": "autograder.pg_claim_finish",
+    "delivery_semantics": "autograder.judges.delivery_semantics",
+    "claim_ack_reap": "autograder.judges.claim_ack_reap",
+    "heartbeats": "autograder.judges.heartbeats",
+    "idempotent_claims": "autograder.judges.idempotent_claims",
+    "outbox_relay": "autograder.judges.outbox_relay",
+    "pg_claim_finish": "autograder.judges.pg_claim_finish",
 }
 
 

@@ -19,8 +19,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from autograder import assignments, notebook
+from autograder import assignments
 from autograder.grade import grade
+from autograder.notebooks import notebook
 
 
 def _find(target: str) -> Path:
@@ -39,7 +40,7 @@ def _find(target: str) -> Path:
 
 
 def _grade_class(args) -> int:
-    from autograder import grade_class, term
+    from autograder.classroom import grade_class, term
 
     if args.workers is not None and args.workers < 1:
         print("cannot grade: --workers must be at least 1", file=sys.stderr)
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     if args.cmd == "corpus":
-        from autograder import corpus
+        from autograder.judges import corpus
 
         return corpus.main(args.folder, max(1, args.workers))
     if args.cmd == "list":
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(result.to_json() if args.json else result.text())
     if getattr(args, "html", None):
-        from autograder.feedback import page
+        from autograder.notebooks.feedback import page
 
         Path(args.html).write_text(page(result))
         if not args.json:

@@ -4,7 +4,7 @@
     print(result.text())
 
 Every run gets its own temporary directory and its own embedded Redis; the
-learner's notebook runs in a sandboxed kernel (`autograder.sandbox`), and
+learner's notebook runs in a sandboxed kernel (`autograder.isolation.sandbox`), and
 everything it started is killed when it ends. Test cells are never run here:
 the assignment's `evaluate` judges from outside. Test, check and locked
 cells are restored from the source notebook first (a note, never a zero), so
@@ -26,8 +26,10 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import assignments, notebook, sandbox, server
-from autograder.checks import GradeResult, Outcome
+from autograder import assignments
+from autograder.isolation import sandbox, server
+from autograder.judges.checks import GradeResult, Outcome
+from autograder.notebooks import notebook
 
 _NOISE = ("Kernel is running over TCP", "susceptible to eavesdropping",
           "SAWarning", "MovedIn20Warning", "warnings.warn(")
@@ -141,7 +143,7 @@ def run_learner_cells(nb, module, workdir: Path, quick: bool,
     summary_path = workdir / "execution.json"
     timeout = module.NOTEBOOK_TIMEOUT_S
     finished = sandbox.run(
-        [sys.executable, "-m", "autograder.run_notebook", str(src),
+        [sys.executable, "-m", "autograder.notebooks.run_notebook", str(src),
          str(workdir / "executed.ipynb"), str(summary_path), "--cell-timeout", "60"],
         timeout=timeout, cwd=workdir, confined=True,
         read_paths=sandbox.kernel_read_paths(module.__name__ if make_cell else None))

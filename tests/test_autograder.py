@@ -21,8 +21,10 @@ import nbformat
 import psutil
 import pytest
 
-from autograder import assignments, notebook, sandbox
+from autograder import assignments
 from autograder.grade import grade
+from autograder.isolation import sandbox
+from autograder.notebooks import notebook
 
 
 def load_path(name: str, path: Path):
@@ -140,11 +142,14 @@ def test_untouched_exercise_scores_zero_quickly(exercise_grades, name):
 
 def earlier_release(name: str, dest: Path) -> Path:
     """Today's solution as saved from an earlier release: the grade cells import
-    an old module name, and one test cell's text differs."""
+    the judge from where it was before `autograder/judges/` (a module that no
+    longer exists), and one test cell's text differs."""
     nb = notebook.read(notebook.source_notebook(name))
     for cell in nb.cells:
         if notebook.role(cell) in ("test", "check"):
-            cell.source = cell.source.replace(f"autograder.{name}", "autograder.a1")
+            assert f"autograder.judges.{name}" in cell.source
+            cell.source = cell.source.replace(f"autograder.judges.{name}",
+                                              f"autograder.{name}")
     first = next(c for c in nb.cells if notebook.role(c) == "test")
     first.source = "# the check, as it was last week\n" + first.source
     path = dest / "earlier" / f"{name}.ipynb"
@@ -287,7 +292,7 @@ def test_sandbox_limits_time_memory_and_kills_what_is_left():
 
 def test_unknown_chaos_verdict_is_never_a_pass():
     """A chaos run that did not drain fails every chaos check, with the reason."""
-    from autograder import claim_ack_reap as a2
+    from autograder.judges import claim_ack_reap as a2
 
     unknown = {"verdict": "unknown", "reason": "not drained after 40 s", "seed": 1,
                "replay": "python -m handson.chaos 4 --queue scratch/run1/myqueue.py",
@@ -304,8 +309,8 @@ def test_unknown_chaos_verdict_is_never_a_pass():
 
 def test_replay_command_points_at_a_module_the_learner_has(tmp_path, monkeypatch):
     """The judged module's directory is gone after grading: keep a copy to replay."""
-    from autograder import claim_ack_reap
     from autograder.grade import replayable
+    from autograder.judges import claim_ack_reap
 
     judged, here = tmp_path / "judged", tmp_path / "course"
     judged.mkdir()
@@ -337,7 +342,7 @@ def test_a_killed_runner_is_named_as_the_cause_not_a_warning():
 
 
 def test_a_missed_pause_point_is_said_in_learner_words():
-    from autograder.checks import missed_pause
+    from autograder.judges.checks import missed_pause
 
     raw = ("expected 'paused after-claim' from worker 12 (replay_matrix --job m.py "
            "...), got '{\"outcome\": \"sent\", \"pid\": 9}'; stderr: ")

@@ -27,8 +27,9 @@ import psutil
 import pytest
 from test_autograder import load_path
 
-from autograder import checks, feedback, notebook
 from autograder.grade import grade
+from autograder.judges import checks
+from autograder.notebooks import feedback, notebook
 from handson.queues import cost
 
 # Grading the whole corpus once (the module fixture) takes minutes.

@@ -532,7 +532,7 @@ GRADED = {"ack_no_fence": ["stale_ack_accepted"],
 
 
 def _graded(name: str, seed: int, url: str):
-    from autograder.claim_ack_reap import chaos_args
+    from autograder.judges.claim_ack_reap import chaos_args
 
     path = name if name == "handson.q" else str(CORPUS / f"{name}.py")
     cfg, _ = chaos.parse(chaos_args(seed, quick=False) + BUILT + ["--queue", path])

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from autograder import corpus, idempotent_claims
+from autograder.judges import corpus, idempotent_claims
 from handson import claims_trips, replay_matrix
 
 FOLDER = corpus.ROOT / "claims"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import corpus
+from autograder.judges import corpus
 
 pytestmark = pytest.mark.timeout(600)
 

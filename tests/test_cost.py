@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autograder import feedback
+from autograder.notebooks import feedback
 from handson.queues import cost
 
 QUEUES = Path(__file__).parent / "corpus" / "queues"
@@ -83,7 +83,8 @@ def test_a_queue_cannot_reset_the_counters_it_is_measured_by(tmp_path):
     """Graded as the grader does (sandboxed harness, confined server, the
     learner's Redis user): CONFIG RESETSTAT is refused and logged, and the
     refused try is counted as the round trip it is."""
-    from autograder import queue_runs, server
+    from autograder.isolation import server
+    from autograder.judges import queue_runs
 
     (tmp_path / "mini_correct.py").write_text((QUEUES / "mini_correct.py")
                                               .read_text())

@@ -13,7 +13,9 @@ from datetime import datetime
 
 import pytest
 
-from autograder import assignments, cli, export, grade_class, notebook, term
+from autograder import assignments, cli
+from autograder.classroom import export, grade_class, term
+from autograder.notebooks import notebook
 
 DUE = "2026-10-12 23:59:00 UTC"
 CLASS = {   # student -> assignment -> (checks failed, submitted at, UTC)

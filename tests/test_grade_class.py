@@ -22,7 +22,8 @@ import nbformat
 import psutil
 import pytest
 
-from autograder import grade_class, notebook
+from autograder.classroom import grade_class
+from autograder.notebooks import notebook
 
 # Grading the whole corpus once (the module fixture) takes minutes.
 pytestmark = pytest.mark.timeout(1800)

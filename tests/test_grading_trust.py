@@ -16,13 +16,15 @@ import pytest
 from test_autograder import ROOT, _cli, _course, _gradebook, _nbgrader
 from test_redis_door import attacker
 
-from autograder import assignments, cli, notebook, own_work
+from autograder import assignments, cli
 from autograder.grade import grade
+from autograder.judges import own_work
+from autograder.notebooks import notebook
 
 MARKER = f"eo-trust-detached-{os.getpid()}"
 PATCH = {
-    "claim_ack_reap": "import autograder.claim_ack_reap as m",
-    "heartbeats": "import autograder.heartbeats as m",
+    "claim_ack_reap": "import autograder.judges.claim_ack_reap as m",
+    "heartbeats": "import autograder.judges.heartbeats as m",
 }
 DETACH = ("import subprocess\n"
           f"subprocess.Popen(['setsid', 'bash', '-c', 'exec -a {MARKER} sleep 300'])")
@@ -242,7 +244,7 @@ def test_own_work_reads_the_file_not_the_module(tmp_path):
         "src = open('../solutions/claim_ack_reap/claim_ack_reap.ipynb')\n":
             "names a file or folder of the course",
         "import sys\nsys.modules['x'] = None\n": "sys.modules",
-        "from autograder.claim_ack_reap import CHECKS\n": "from autograder",
+        "from autograder.judges.claim_ack_reap import CHECKS\n": "from autograder",
         "from handson.queues.checks import *\n": "* from handson.queues.checks",
         "from handson.infra import remote_module\n": "from handson.infra",
         "import handson.faults.engine as e\n": "module handson.faults.engine",

@@ -3,7 +3,7 @@ the score histogram (no grading: results as the ledger records them)."""
 
 from test_export import result_for
 
-from autograder import grade_class, item_stats
+from autograder.classroom import grade_class, item_stats
 
 FAILS = [("zombie_ack_refused", "chaos_no_stale_ack"),
          ("zombie_ack_refused", "chaos_no_stale_ack", "bound_refuses"),

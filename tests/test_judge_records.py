@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import claim_ack_reap, heartbeat_trial, heartbeats, queue_runs, sandbox
 from autograder.grade import replayable
+from autograder.isolation import sandbox
+from autograder.judges import claim_ack_reap, heartbeat_trial, heartbeats, queue_runs
 from handson.faults.engine import ChaosConfig, run
 from handson.infra import remote_module
 from handson.redis_server import connect

@@ -46,8 +46,9 @@ WRONG_QUEUE = Path("wrong_queue/myqueue.py")       # in the workspace: its own d
 # interleaving check, sandboxed on a confined server as in a grade, without the
 # chaos run that makes a whole check cell of assignment 2 minutes long.
 PICTURE_CELL = """\
-from autograder import claim_ack_reap, queue_runs, server
-from autograder.checks import notebook_summary
+from autograder.isolation import server
+from autograder.judges import claim_ack_reap, queue_runs
+from autograder.judges.checks import notebook_summary
 redis = server.start()
 try:
     found, _ = queue_runs.contract({path!r}, redis.url, ["interleavings"], 120)

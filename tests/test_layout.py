@@ -1,5 +1,6 @@
 """The layout holds: imports point down the groups of `handson/`, `handson` never
-imports `autograder`, and the README's layout table names every folder.
+imports `autograder`, `autograder/`'s folders import as the README says, and the
+README's layout table names every folder of both.
 
 Read from the source with `ast` (nothing is imported), so a wrong import fails
 here even in a module no other test loads.
@@ -12,6 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDSON = ROOT / "handson"
+AUTOGRADER = ROOT / "autograder"
 
 # Lowest first: a module may import its own group or a lower one, never a higher.
 # - infra: servers, loaders, process helpers; everything else stands on them.
@@ -28,6 +30,14 @@ FOLDERS = {"infra": "infra", "queues": "lab", "faults": "machinery",
 TOP = {"__init__": "infra", "redis_server": "infra", "cluster": "infra",
        "q": "lab", "setup_db": "lab", "sink": "lab", "work": "lab",
        "produce": "lab", "worker": "lab", "verify": "lab", "app": "lab"}
+
+# autograder/'s folders; its top holds the commands, `grade` and the registry.
+# - isolation: where untrusted code runs; it imports nothing else of the grader,
+#   so what confines the learner never rests on what judges them.
+# - judges, notebooks: one judge per assignment; a submission as a notebook.
+#   They use each other (a report's pictures, the repository's paths).
+# - classroom: a whole class; only the commands (and itself) import it.
+AG_FOLDERS = ("isolation", "judges", "notebooks", "classroom")
 
 
 def module_name(path: Path) -> str:
@@ -63,6 +73,23 @@ def imports(source: str, module: str, is_package: bool) -> set[str]:
     return names
 
 
+def in_package(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def autograder_violation(module: str, name: str) -> str:
+    """Why `module` (in autograder) may not import `name` ('' if it may)."""
+    if in_package(module, "autograder.isolation") and name.startswith(
+            "autograder.") and not in_package(name, "autograder.isolation"):
+        return (f"{module} imports {name}: isolation imports nothing else "
+                "of the grader")
+    if in_package(name, "autograder.classroom") and module != "autograder.cli" \
+            and not in_package(module, "autograder.classroom"):
+        return (f"{module} imports {name}: only the commands (autograder.cli) "
+                "import classroom")
+    return ""
+
+
 def violations(module: str, imported: set[str], known: set[str]) -> list[str]:
     """What is wrong with one module's imports; `known`: the handson modules."""
     found = []
@@ -70,6 +97,9 @@ def violations(module: str, imported: set[str], known: set[str]) -> list[str]:
         top = name.split(".")[0]
         if module.startswith("handson") and top == "autograder":
             found.append(f"{module} imports {name}: handson never imports autograder")
+        if in_package(module, "autograder") and (why := autograder_violation(
+                module, name)):
+            found.append(why)
         if not (module.startswith("handson.") or module == "handson"):
             continue
         if top != "handson" or name not in known:
@@ -82,7 +112,7 @@ def violations(module: str, imported: set[str], known: set[str]) -> list[str]:
 
 
 def sources() -> dict[str, tuple[Path, str]]:
-    files = sorted(HANDSON.rglob("*.py")) + sorted((ROOT / "autograder").rglob("*.py"))
+    files = sorted(HANDSON.rglob("*.py")) + sorted(AUTOGRADER.rglob("*.py"))
     return {module_name(p): (p, p.read_text()) for p in files}
 
 
@@ -98,7 +128,7 @@ def test_imports_point_down_and_handson_never_imports_autograder():
 def test_the_checker_catches_a_wrong_direction():
     """The check can fail: a synthetic infra module importing up, and autograder."""
     known = set(sources())
-    text = ("from handson import chaos\nimport autograder.sandbox\n"
+    text = ("from handson import chaos\nimport autograder.isolation.sandbox\n"
             "from handson.redis_server import die_with_parent\n")
     found = violations("handson.infra.pg_server",
                        imports(text, "handson.infra.pg_server", False), known)
@@ -111,15 +141,50 @@ def test_the_checker_catches_a_wrong_direction():
     assert any("imports handson.book.sim (book)" in f for f in up), up
 
 
+def test_the_checker_catches_autograder_folders_importing_wrongly():
+    text = ("from autograder.judges import checks\nfrom .. import assignments\n"
+            "from autograder.isolation import landlock\nimport handson.q\n")
+    found = violations("autograder.isolation.confine",
+                       imports(text, "autograder.isolation.confine", False), set())
+    assert sorted(f.split(" imports ")[1].split(":")[0] for f in found) == [
+        "autograder.assignments", "autograder.judges", "autograder.judges.checks"]
+    text = "from autograder.classroom import term\n"
+    found = violations("autograder.notebooks.feedback",
+                       imports(text, "autograder.notebooks.feedback", False), set())
+    assert len(found) == 2 and "only the commands" in found[0], found
+    for mine in ("autograder.cli", "autograder.classroom.export"):
+        assert not violations(mine, imports(text, mine, False), set())
+
+
+def packages(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir()
+                  if p.is_dir() and (p / "__init__.py").exists())
+
+
+def layout_rows(readme: Path) -> set[str]:
+    table = readme.read_text().split("## Layout", 1)[1]
+    return set(re.findall(r"^\| `([\w/]+)` \|", table, re.M))
+
+
 def test_every_folder_is_a_group_and_in_the_readme_table():
-    folders = sorted(p.name for p in HANDSON.iterdir()
-                     if p.is_dir() and (p / "__init__.py").exists())
+    folders = packages(HANDSON)
     assert set(folders) == set(FOLDERS), "FOLDERS must name each folder of handson/"
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("## Layout", 1)[1]
-    rows = set(re.findall(r"^\| `([\w/]+)` \|", table, re.M))
+    rows = layout_rows(ROOT / "README.md")
     missing = [f"handson/{f}/" for f in folders if f"handson/{f}/" not in rows]
     assert "handson/" in rows and not missing, f"README layout table lacks {missing}"
+
+
+def test_every_autograder_folder_is_named_and_in_both_layout_tables():
+    folders = packages(AUTOGRADER)
+    assert set(folders) == set(AG_FOLDERS), \
+        "AG_FOLDERS must name each folder of autograder/"
+    rows = layout_rows(ROOT / "README.md")
+    missing = [f"autograder/{f}/" for f in folders if f"autograder/{f}/" not in rows]
+    assert "autograder/" in rows and not missing, \
+        f"README layout table lacks {missing}"
+    rows = layout_rows(AUTOGRADER / "README.md")
+    missing = [f"{f}/" for f in folders if f"{f}/" not in rows]
+    assert not missing, f"autograder/README.md's layout table lacks {missing}"
 
 
 def test_no_folder_or_module_shadows_the_standard_library():

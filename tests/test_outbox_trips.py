@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from autograder import corpus, outbox_relay
+from autograder.judges import corpus, outbox_relay
 from handson import outbox_runs, outbox_trips
 
 FOLDER = corpus.ROOT / "outbox"

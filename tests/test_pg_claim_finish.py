@@ -10,7 +10,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from autograder import notebook, pg_claim_finish, pg_run, server
+from autograder.isolation import pg_run, server
+from autograder.judges import pg_claim_finish
+from autograder.notebooks import notebook
 from handson.infra import pg_server
 
 pytestmark = pytest.mark.skipif(pg_server.find_binaries() is None,
@@ -180,7 +182,7 @@ def test_learner_code_runs_as_its_role_and_never_sees_the_judge_s_url(graded):
 
 def test_the_course_s_own_claim_and_finish_earn_nothing(tmp_path):
     """Importing them instead of writing them: refused before anything runs."""
-    from autograder import own_work
+    from autograder.judges import own_work
 
     head = solution_module().split("\ndef claim")[0]
     path = _write(tmp_path / "bad",

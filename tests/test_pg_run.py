@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from autograder import pg_run, sandbox
+from autograder.isolation import pg_run, sandbox
 from handson.infra import pg_server
 
 pytestmark = pytest.mark.skipif(pg_server.find_binaries() is None,

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import notebook
+from autograder.notebooks import notebook
 from handson.infra import remote_module
 from handson.infra.learner_module import ModuleProblem
 
@@ -63,7 +63,7 @@ try:
 except Exception:
     pass
 try:
-    import autograder.heartbeat_trial as _ht
+    import autograder.judges.heartbeat_trial as _ht
     _ht.trial = lambda module, url: {"forged": True}
 except Exception:
     pass
@@ -112,7 +112,7 @@ def test_forged_verdicts_earn_nothing(tmp_path, assignment, module_file):
 def test_the_judges_alone_are_not_fooled_by_the_forgery(tmp_path):
     """Past the review of own work: the checks and chaos run the forged module
     behind the pipe, and nothing it does in its own process reaches a verdict."""
-    from autograder import claim_ack_reap, queue_runs
+    from autograder.judges import claim_ack_reap, queue_runs
     from handson.redis_server import EmbeddedRedis
 
     module = tmp_path / "myqueue.py"
@@ -136,7 +136,7 @@ def test_the_judges_alone_are_not_fooled_by_the_forgery(tmp_path):
 # could replace it with one built from the grader's own reference numbers.
 FORGED_OBSERVATION = '''
 import json as _json
-import autograder.delivery_semantics as _m
+import autograder.judges.delivery_semantics as _m
 _ref = _m.reference()
 
 

@@ -24,7 +24,7 @@ import pytest
 import redis
 from test_autograder import ROOT, _cli
 
-from autograder import confine, server
+from autograder.isolation import confine, server
 from handson.redis_server import EmbeddedRedis, learner_url
 
 pytestmark = pytest.mark.skipif(

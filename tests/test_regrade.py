@@ -16,7 +16,9 @@ import pytest
 from test_autograder import corpus
 from test_export import result_for
 
-from autograder import grade_class, notebook
+from autograder import assignments
+from autograder.classroom import grade_class, regrade
+from autograder.notebooks import notebook
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -90,3 +92,17 @@ def test_regrade_names_exactly_the_students_and_checks_affected(regraded):
     assert "1 changed, 1 unchanged" in grade_class.report(again)
     ada = next(g for g in again.finals if g.student == "ada")
     assert ada.result["score"] == 15 and ada.result["max_score"] == 15
+
+
+def test_an_assignments_version_leaves_out_only_the_other_judges():
+    """A fix to one judge regrades that assignment only: its version holds
+    its own judge and the shared code, not the other assignments' judges."""
+    every = regrade.manifest()
+    judges = {n: assignments.REGISTRY[n].replace(".", "/") + ".py"
+              for n in assignments.names()}
+    assert set(judges.values()) <= set(every), "each judge is a file of the grader"
+    mine = regrade.manifest(NAME)
+    assert judges[NAME] in mine and "autograder/judges/checks.py" in mine
+    assert not {f for n, f in judges.items() if n != NAME} & set(mine)
+    assert set(every) - set(mine) == {f for n, f in judges.items() if n != NAME} | {
+        f"solutions/{n}/{n}.ipynb" for n in judges if n != NAME}

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import notebook
+from autograder.notebooks import notebook
 
 ROOT = notebook.REPO
 VENV = Path(sys.executable).parent.parent

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from db_targets import db_target, postgres_url  # noqa: F401 - fixtures
 
-from autograder import idempotent_claims as claims_grader
+from autograder.judges import idempotent_claims as claims_grader
 from handson import confirmation_job, replay_matrix
 from handson.confirmation_job import LEASE_S, PolicyUnavailable, send_confirmation
 from handson.effects import claims

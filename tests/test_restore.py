@@ -14,7 +14,8 @@ import copy
 import nbformat
 import pytest
 
-from autograder import assignments, notebook
+from autograder import assignments
+from autograder.notebooks import notebook
 
 NAME = "delivery_semantics"
 
@@ -53,7 +54,7 @@ def test_an_earlier_release_is_restored_with_a_note(source):
     old = copy.deepcopy(source)
     for cell in old.cells:
         if notebook.role(cell) in ("test", "check"):
-            cell.source = cell.source.replace("autograder.delivery_semantics",
+            cell.source = cell.source.replace("autograder.judges.delivery_semantics",
                                               "autograder.a1")
             cell.metadata.nbgrader["checksum"] = notebook.compute_checksum(cell)
     _cell(old, "lease_impl").source += "\n# my own comment\n"

@@ -19,14 +19,16 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import nbformat
 import psutil
 import pytest
 import redis
 
-from autograder import notebook, sandbox
 from autograder.grade import grade
+from autograder.isolation import sandbox
+from autograder.notebooks import notebook
 from handson.redis_server import EmbeddedRedis
 
 ROOT = notebook.REPO
@@ -61,7 +63,7 @@ def tree_hash(*dirs: str) -> str:
 
 def test_writes_only_in_its_work_dir(tmp_path):
     outside = tmp_path / "outside.txt"
-    checks = ROOT / "autograder" / "checks.py"
+    checks = ROOT / "autograder" / "judges" / "checks.py"
     before = checks.read_bytes()
     fin = confined(tmp_path, """
         import sys
@@ -80,9 +82,21 @@ def test_writes_only_in_its_work_dir(tmp_path):
     assert fin.isolation == "full" and fin.protections["landlock"] >= 6
 
 
+def test_the_kernel_may_read_its_runner_and_no_other_grader_file():
+    """The kernel's read list: the notebook runner with the packages on its way,
+    the handson modules the releases import, nothing else of the checkout."""
+    files = [Path(f).relative_to(ROOT).as_posix() for f in sandbox.kernel_read_paths()]
+    grader = {f for f in files if f.startswith("autograder/")}
+    assert grader == {"autograder/__init__.py", "autograder/notebooks/__init__.py",
+                      "autograder/notebooks/run_notebook.py"}, grader
+    assert all(f.startswith("handson/") for f in set(files) - grader), files
+    assert all((ROOT / f).is_file() for f in files)
+
+
 def test_cannot_read_solutions_tests_or_the_grader(tmp_path):
     secret = [ROOT / "solutions" / "claim_ack_reap" / "claim_ack_reap.ipynb",
-              ROOT / "autograder" / "checks.py", ROOT / "tests" / "conftest.py"]
+              ROOT / "autograder" / "judges" / "checks.py",
+              ROOT / "tests" / "conftest.py"]
     allowed = ROOT / "handson" / "q.py"
     fin = confined(tmp_path, """
         import sys
@@ -222,7 +236,7 @@ def test_killing_the_supervisor_leaves_nothing_and_is_reported(tmp_path):
     while not alive_with(marker) and time.monotonic() < deadline:
         pass
     sups = [p for p in psutil.Process().children(recursive=True)
-            if "autograder.sandbox" in " ".join(p.cmdline())]
+            if "autograder.isolation.sandbox" in " ".join(p.cmdline())]
     assert sups and alive_with(marker)
     for p in sups:
         p.send_signal(signal.SIGKILL)
@@ -238,7 +252,7 @@ def test_killing_the_supervisor_leaves_nothing_and_is_reported(tmp_path):
 ATTACKS = [
     # rewrite the grader
     "import autograder, pathlib\n"
-    "p = pathlib.Path('{root}/autograder/checks.py')\n"
+    "p = pathlib.Path('{root}/autograder/judges/checks.py')\n"
     "try:\n    p.write_text(p.read_text() + '\\nOWNED = 1\\n')\n"
     "except OSError as err:\n    print('could not write', err)",
     # kill the grader (its pid written into the cell) and the sandbox's init

@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 
-from autograder import notebook
+from autograder.notebooks import notebook
 
 ROOT = notebook.REPO
 
@@ -26,7 +26,7 @@ ROOT = notebook.REPO
 # line of what happened.
 ATTACKS = r'''
 import json, os, sys, subprocess, textwrap, time
-from autograder import sandbox
+from autograder.isolation import sandbox
 
 work, outside, secret, victim, port = sys.argv[1:6]
 os.makedirs(work, exist_ok=True)

@@ -83,7 +83,7 @@ def test_a_step_too_small_to_expire_the_lease_still_convicts():
 def test_heartbeat_trial_sets_aside_long_jobs_runs_the_learner_did_not_fail():
     """A run whose server clock jumped, or that lost a lease while the machine
     held the grader, is run again, up to three times; the last is judged."""
-    from autograder.heartbeat_trial import _long_jobs_until_a_fair_run as fair
+    from autograder.judges.heartbeat_trial import _long_jobs_until_a_fair_run as fair
 
     runs = iter([{"clock_gained_ms": 700.0, "acks": "first"},
                  {"clock_gained_ms": 0.4, "acks": "second"}])

@@ -15,7 +15,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from autograder import assignments, notebook
+from autograder import assignments
+from autograder.notebooks import notebook
 
 SOURCES = ("autograder", "handson")
 
@@ -23,7 +24,7 @@ SOURCES = ("autograder", "handson")
 def manifest(assignment: str | None = None) -> dict[str, str]:
     """File -> content hash for everything that decides `assignment`'s grades
     (every assignment's, with None)."""
-    others = {f"autograder/{assignments.REGISTRY[n].rsplit('.', 1)[1]}.py"
+    others = {assignments.REGISTRY[n].replace(".", "/") + ".py"
               for n in assignments.names() if n != assignment} if assignment else set()
     files = {}
     for d in SOURCES:

@@ -8,7 +8,7 @@ the module; the learner's functions run in a host process and the work and the
 refusing queue they are handed are stand-ins there (`handson.infra.remote_module`).
 Runs under the sandbox's supervisor:
 
-    python -m autograder.heartbeat_trial heartbeat.py REDIS_URL --json
+    python -m autograder.judges.heartbeat_trial heartbeat.py REDIS_URL --json
 
 Three trials, each judged from the events the worker processes log:
 
@@ -134,8 +134,8 @@ def _remote_heartbeat(q, r, job_id: str, attempt: int, work_s: float,
 def _spawn(module: str, url: str, db: str, events: Path, max_jobs: int,
            idle_s: float, work_s: float = WORK_S) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "autograder.heartbeat_trial", "--worker", module, url,
-         "--db", db, "--events", str(events), "--max-jobs", str(max_jobs),
+        [sys.executable, "-m", "autograder.judges.heartbeat_trial", "--worker",
+         module, url, "--db", db, "--events", str(events), "--max-jobs", str(max_jobs),
          "--idle-s", str(idle_s), "--work-s", str(work_s)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         start_new_session=True)   # a group: SIGSTOP reaches the learner's process

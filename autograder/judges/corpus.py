@@ -36,7 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import claim_ack_reap, heartbeats, notebook
+from autograder.judges import claim_ack_reap, heartbeats
+from autograder.notebooks import notebook
 
 ROOT = notebook.REPO / "tests" / "corpus"
 CORPUS = ROOT / "queues"
@@ -126,7 +127,7 @@ def grade_file(name: str, spec: str, mutant: bool, url: str, kind: str) -> Grade
     """An outbox or claims module, graded like a learner's, on a copy of it in a
     folder of its own (the run's work dir), beside a copy of the correct module
     it imports."""
-    from autograder import idempotent_claims, outbox_relay
+    from autograder.judges import idempotent_claims, outbox_relay
 
     evaluate = {"outbox": outbox_relay, "claims": idempotent_claims}[kind]
     start = time.monotonic()

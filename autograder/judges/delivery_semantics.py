@@ -30,7 +30,7 @@ import time
 import traceback
 from pathlib import Path
 
-from autograder.checks import (
+from autograder.judges.checks import (
     Check,
     Evaluation,
     cached,
@@ -428,7 +428,7 @@ def check_all() -> bool:
 # The observation never runs in the learner's kernel: after the notebook ran
 # (for its own errors and leftovers), the learner's code cells are written to a
 # module that re-runs them, cell by cell, in a sandboxed host process, and a
-# trusted harness (`python -m autograder.delivery_semantics`, which imports no
+# trusted harness (`python -m autograder.judges.delivery_semantics`, which imports no
 # learner code) calls the functions over the pipe and prints what they returned.
 
 NOTEBOOK_TIMEOUT_S = 300
@@ -442,7 +442,7 @@ def cells_module(nb) -> str:
     """A module that runs the notebook's code cells in order, like a kernel:
     a cell that raises does not stop the next; magics and shell lines are
     dropped, a `%%writefile` cell is not code."""
-    from autograder import notebook
+    from autograder.notebooks import notebook
 
     sources = []
     for cell in notebook.learner_cells(nb).cells:
@@ -516,7 +516,9 @@ def observe_remote(cells_path: str, quick: bool) -> dict:
 
 
 def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
-    from autograder import notebook, queue_runs, sandbox
+    from autograder.isolation import sandbox
+    from autograder.judges import queue_runs
+    from autograder.notebooks import notebook
 
     problems: list[str] = []
     obs: dict = {}
@@ -524,7 +526,7 @@ def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
     if src.exists():
         cells = Path(workdir) / CELLS_MODULE
         cells.write_text(cells_module(notebook.read(src)))
-        fin = sandbox.run([sys.executable, "-m", "autograder.delivery_semantics",
+        fin = sandbox.run([sys.executable, "-m", "autograder.judges.delivery_semantics",
                            str(cells), *(["--quick"] if quick else [])],
                           timeout=OBSERVE_TIMEOUT_S,
                           env=queue_runs.learner_env(str(cells), None, IMPORTS))

@@ -2,7 +2,7 @@
 
 The grader never imports a learner's code. Every step that touches it (the
 notebook's kernel, the contract checks, the chaos run, the heartbeat trial)
-runs as a command under a small supervisor (`python -m autograder.sandbox`):
+runs as a command under a small supervisor (`python -m autograder.isolation.sandbox`):
 
 - the supervisor is a *child subreaper*, so a process the learner forks and
   orphans (a kernel starts in its own session; a double fork escapes any
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import psutil
 
-from autograder import confine
+from autograder.isolation import confine
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -181,18 +181,19 @@ def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
         disk_mb: int | None = None, pg_url: str | None = None) -> Finished:
     """Run cmd under a supervisor with a time and memory limit; never hangs.
 
-    `confined=True` runs it as learner code: in the sandbox of `autograder.confine`
-    with `cwd` as its work dir (required), `read_paths` readable, only the Redis
-    at `redis_url` (and the PostgreSQL at `pg_url`: give it the learner's role's
-    URL, `autograder.pg_run`), and only `learner_env` besides PATH, HOME, TMPDIR
-    and LANG.
+    `confined=True` runs it as learner code: in the sandbox of
+    `autograder.isolation.confine` with `cwd` as its work dir (required),
+    `read_paths` readable, only the Redis at `redis_url` (and the PostgreSQL at
+    `pg_url`: give it the learner's role's URL, `autograder.isolation.pg_run`),
+    and only `learner_env` besides PATH, HOME, TMPDIR and LANG.
     """
     with tempfile.TemporaryDirectory(prefix="eo-sandbox-") as tmp:
         status_path = os.path.join(tmp, "status.json")
         confine_path = os.path.join(tmp, "confine.json")
         out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
-        sup = [sys.executable, "-m", "autograder.sandbox", "--timeout", str(timeout),
-               "--mem-mb", str(mem_mb), "--status", status_path]
+        sup = [sys.executable, "-m", "autograder.isolation.sandbox",
+               "--timeout", str(timeout), "--mem-mb", str(mem_mb),
+               "--status", status_path]
         if cwd is not None:
             sup += ["--cwd", str(cwd)]
         if confined:
@@ -256,8 +257,9 @@ HOST_ENV = ("QUEUE_MAX", "PYTHONPATH")
 def _prefix(workdir, redis_url, read_paths, env: dict, status: str | None = None,
             mem_mb: int | None = None, disk_mb: int | None = None,
             passenv: tuple[str, ...] = (), pg_url: str | None = None) -> list[str]:
-    prefix = [sys.executable, "-m", "autograder.confine", "--workdir", str(workdir),
-              "--mem-mb", str(mem_mb or TREE_MEM_MB), "--pids", str(TREE_PIDS),
+    prefix = [sys.executable, "-m", "autograder.isolation.confine",
+              "--workdir", str(workdir), "--mem-mb", str(mem_mb or TREE_MEM_MB),
+              "--pids", str(TREE_PIDS),
               "--disk-mb", str(disk_mb or DISK_MB)]
     if redis_url:                   # learner code gets the learner's user only
         # Imported here: the supervisor (`main`) never needs the Redis client,
@@ -345,8 +347,8 @@ def kernel_read_paths(also: str | None = None) -> tuple[str, ...]:
     assignment's observe cell), with what it imports. Nothing else of the
     checkout: not `solutions/`, not `tests/`, not the rest of `autograder/`.
     """
-    root = Path(__file__).resolve().parent.parent
-    wanted: set[str] = {"autograder.run_notebook"}
+    root = Path(__file__).resolve().parents[2]      # autograder/isolation/
+    wanted: set[str] = {"autograder.notebooks.run_notebook"}
     for nb in sorted((root / "exercises").glob("*/*.ipynb")):
         text = nb.read_text(errors="replace")
         wanted |= {f"handson.{m}" for m in re.findall(r"handson\.(\w+(?:\.\w+)*)",

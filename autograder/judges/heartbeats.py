@@ -8,7 +8,7 @@ reference queue (`handson.q`) re-exported, plus the learner's
 
 It is graded by the lab's contract checks on extend (a zombie's extend is
 refused, a late heartbeat never resurrects a reaped lease, a heartbeat keeps a
-lease for ten leases) and by `autograder.heartbeat_trial`: real worker
+lease for ten leases) and by `autograder.judges.heartbeat_trial`: real worker
 processes running 1 s jobs on 0.2 s leases, and one frozen with SIGSTOP.
 """
 
@@ -19,15 +19,16 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from autograder import queue_runs, sandbox
-from autograder.checks import (
+from autograder.isolation import sandbox
+from autograder.judges import queue_runs
+from autograder.judges.checks import (
     Check,
     Evaluation,
     ModuleFile,
     not_run,
     outcome,
 )
-from autograder.heartbeat_trial import LEASE_S, WORK_S
+from autograder.judges.heartbeat_trial import LEASE_S, WORK_S
 
 NAME = "heartbeats"
 MODULE_FILE = "heartbeat.py"
@@ -180,7 +181,7 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
         return Evaluation(not_run(CHECKS, msg), [msg])
     with ThreadPoolExecutor(max_workers=1) as pool:   # the trial uses database 1
         trial = pool.submit(sandbox.run, [sys.executable, "-m",
-                                          "autograder.heartbeat_trial", path,
+                                          "autograder.judges.heartbeat_trial", path,
                                           f"{redis_url}?db=1", "--json"],
                             timeout=TRIAL_TIMEOUT_S,
                             env=queue_runs.learner_env(path, redis_url, IMPORTS))

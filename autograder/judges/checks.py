@@ -1,6 +1,6 @@
 """Checks, their outcomes, and the two ways a learner meets them.
 
-An assignment module (`autograder.claim_ack_reap`, ...) declares `CHECKS`
+An assignment module (`autograder.judges.claim_ack_reap`, ...) declares `CHECKS`
 (name, points, title), an `observe(...)` that runs the learner's code and
 returns plain data, and a `judge(observations, quick)` that turns the data into
 one `Outcome` per check. Judging is pure and trusted; observing is where
@@ -285,7 +285,7 @@ def _show_pictures(failed: list[Outcome]) -> None:
         return
     if get_ipython() is None:
         return
-    from autograder.feedback import figures
+    from autograder.notebooks.feedback import figures
 
     sys.stdout.flush()
     display(HTML(figures(failed)))
@@ -321,7 +321,8 @@ class ModuleFile:
     def _judge(self, path: str, redis_url, quick: bool, shown_path: str
                ) -> Evaluation:
         """judge_file, after `own_work` has said which checks the file may earn."""
-        from autograder import assignments, own_work
+        from autograder import assignments
+        from autograder.judges import own_work
 
         outside = linked_outside(path, shown_path)
         if outside:
@@ -352,7 +353,7 @@ class ModuleFile:
         real = str(Path(path).resolve())
         if not self.needs_redis:
             return self._judge(real, None, quick, path)
-        from autograder import server
+        from autograder.isolation import server
 
         redis = server.start()
         try:

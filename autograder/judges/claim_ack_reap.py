@@ -13,8 +13,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from autograder import queue_runs
-from autograder.checks import (
+from autograder.judges import queue_runs
+from autograder.judges.checks import (
     Check,
     Evaluation,
     ModuleFile,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from autograder import sandbox
+from autograder.isolation import sandbox
 
 COURSE = ("handson", "autograder", "solutions", "exercises", "tests", "book",
           "bugs")

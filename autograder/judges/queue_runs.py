@@ -1,6 +1,6 @@
 """Run the lab's judges on a learner's queue file, each in the sandbox.
 
-Three steps, each a subprocess under `autograder.sandbox` with its own limit:
+Three steps, each a subprocess under `autograder.isolation.sandbox` with its own limit:
 
 - `probe`: can the file be loaded as a queue at all (syntax, import, the
   seven functions)? Uses `handson.queues.contract.load_queue`, so the message is the
@@ -28,7 +28,7 @@ import os
 import sys
 from pathlib import Path
 
-from autograder import sandbox
+from autograder.isolation import sandbox
 from handson.infra import remote_module
 
 PROBE = """
@@ -74,7 +74,8 @@ def learner_env(path: str, redis_url: str | None,
     """The harness's environment: learner code only behind the sandbox prefix.
 
     `imports`: course files (repo-relative) the assignment lets the module use;
-    `pg_url`: the learner's role on the run's PostgreSQL (`autograder.pg_run`).
+    `pg_url`: the learner's role on the run's PostgreSQL
+    (`autograder.isolation.pg_run`).
     """
     root = Path(remote_module.ROOT)
     reads = (str(Path(path).resolve()), remote_module.HOST,

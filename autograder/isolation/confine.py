@@ -1,7 +1,7 @@
 """The trusted launcher that confines one learner process tree, then execs it.
 
-    python -m autograder.confine --workdir W [--read PATH]... [--redis-url URL]
-        [--pg-url URL]
+    python -m autograder.isolation.confine --workdir W [--read PATH]...
+        [--redis-url URL] [--pg-url URL]
         [--mem-mb N] [--pids N] [--disk-mb N] [--env K=V]... [--pass NAME]...
         [--keep-group] [--status F] -- CMD...
 
@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from autograder import landlock
+from autograder.isolation import landlock
 
 # Every confined process starts a launcher: `hashlib` (OpenSSL), `socket` and
 # `platform` were a third of its imports, for one digest, one ioctl and one name.

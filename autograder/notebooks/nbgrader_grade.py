@@ -22,10 +22,11 @@ from pathlib import Path
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from autograder import assignments, notebook
-from autograder.checks import GradeResult
-from autograder.feedback import efficiency, figures
+from autograder import assignments
 from autograder.grade import grade
+from autograder.judges.checks import GradeResult
+from autograder.notebooks import notebook
+from autograder.notebooks.feedback import efficiency, figures
 
 MARK = "graded outside the notebook's kernel by `python -m autograder grade`"
 

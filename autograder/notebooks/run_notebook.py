@@ -1,8 +1,8 @@
 """Execute a notebook cell by cell with nbclient; record what went wrong where.
 
-Runs INSIDE the sandbox (`autograder.sandbox`), never in the grader's process:
+Runs INSIDE the sandbox (`autograder.isolation.sandbox`), never in the grader's process:
 
-    python -m autograder.run_notebook IN.ipynb OUT.ipynb SUMMARY.json \\
+    python -m autograder.notebooks.run_notebook IN.ipynb OUT.ipynb SUMMARY.json \\
         --cell-timeout 60
 
 Errors do not stop the run (a learner's broken cell must not hide the cells

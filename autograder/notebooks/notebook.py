@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]          # autograder/notebooks/
 # The source notebooks; AUTOGRADER_SOURCE_DIR points the grader at another
 # copy (a fix being tried before it is committed, or a test's).
 SOURCE_DIR = Path(os.environ.get("AUTOGRADER_SOURCE_DIR") or REPO / "solutions")

@@ -8,7 +8,7 @@ course's PostgreSQL queue (`handson.queues.pgq`) and replaces two functions:
 
 It is judged by behaviour, on a PostgreSQL of the run's own where the learner's
 code logs in as a role that owns one schema and nothing else
-(`autograder.pg_run`):
+(`autograder.isolation.pg_run`):
 
 - staged cases, one trusted harness (`observe`) calling the module in a host
   process confined like every learner process: the claim's order and lease; a
@@ -33,8 +33,9 @@ import threading
 import time
 from pathlib import Path
 
-from autograder import pg_run, queue_runs, sandbox
-from autograder.checks import Check, Evaluation, ModuleFile, not_run, outcome
+from autograder.isolation import pg_run, sandbox
+from autograder.judges import queue_runs
+from autograder.judges.checks import Check, Evaluation, ModuleFile, not_run, outcome
 from handson.infra import pg_server
 
 NAME = "pg_claim_finish"

@@ -41,8 +41,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autograder import queue_runs, sandbox
-from autograder.checks import (
+from autograder.isolation import sandbox
+from autograder.judges import queue_runs
+from autograder.judges.checks import (
     Check,
     Evaluation,
     ModuleFile,

@@ -14,8 +14,8 @@ recorded once, a re-run after a crash grades only what is missing, and a
 changed submission (another hash) or a changed grader is graded again. The
 ledger feeds nbgrader's gradebook (what `generate_feedback` and the
 formgrader read), the `autograded/` notebooks, `grades.csv`, and the export
-(`autograder.export`: Canvas's gradebook import and a per-check CSV), with
-the late policy of the course config (`autograder.term`) applied.
+(`autograder.classroom.export`: Canvas's gradebook import and a per-check CSV), with
+the late policy of the course config (`autograder.classroom.term`) applied.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import assignments, export, item_stats, notebook, regrade, term
+from autograder import assignments
+from autograder.classroom import export, item_stats, regrade, term
+from autograder.notebooks import notebook
 from handson.redis_server import die_with_parent
 
 GRADE_TIMEOUT_S = 600          # one submission, everything included
@@ -239,8 +241,8 @@ def write_autograded(course: Path, sub: Submission, result: dict,
     """The submission with each grade cell showing its verdict, for feedback."""
     import nbformat
 
-    from autograder.checks import GradeResult, Outcome
-    from autograder.nbgrader_grade import write_outcomes
+    from autograder.judges.checks import GradeResult, Outcome
+    from autograder.notebooks.nbgrader_grade import write_outcomes
 
     graded = GradeResult(
         assignment=result["assignment"], submission=str(sub.path),

@@ -3,7 +3,7 @@
 Anything the learner's code can talk to is as untrusted as that code. A grading
 run's `redis-server` obeys its clients, and its Lua interpreter is one more
 place where a crafted script could run native code; so it runs under the same
-launcher as learner code (`autograder.confine`): its own cgroup with a memory
+launcher as learner code (`autograder.isolation.confine`): its own cgroup with a memory
 cap, new PID, network and IPC namespaces, a file system view that holds only
 the system, the Python installation (where the binary is) and its own
 directory, Landlock (write only there), no capabilities. Redis itself holds it
@@ -26,7 +26,7 @@ import sys
 
 import redis
 
-from autograder import sandbox
+from autograder.isolation import sandbox
 from handson.redis_server import EmbeddedRedis, refused
 
 MEM_MB = 512          # the server's cgroup: its data, Lua, buffers
@@ -44,7 +44,7 @@ class ConfinedRedis(EmbeddedRedis):
         self.isolation = "none"
 
     def _args(self) -> list[str]:
-        launcher = [sys.executable, "-m", "autograder.confine", "--workdir",
+        launcher = [sys.executable, "-m", "autograder.isolation.confine", "--workdir",
                     str(self.dir), "--mem-mb", str(MEM_MB), "--pids", "64",
                     "--disk-mb", str(DISK_MB), "--status", str(self.status), "--"]
         return launcher + super()._args()

@@ -5,7 +5,7 @@
 assignment, a "Points Possible" row first, then one row per student. Canvas
 matches a row by ID (nbgrader's `lms_user_id`, when the gradebook has one) or
 by SIS Login ID (the nbgrader student id). A score is after the late penalty
-(`autograder.term`); an assignment a student did not submit is left blank,
+(`autograder.classroom.term`); an assignment a student did not submit is left blank,
 so the import changes nothing there.
 
 `grades-checks.csv`, beside it, has one row per student, assignment and
@@ -18,7 +18,8 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import assignments, term
+from autograder import assignments
+from autograder.classroom import term
 
 CANVAS_HEADER = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 POINTS_POSSIBLE = "    Points Possible"
