@@ -251,6 +251,17 @@ def _reaper_pauses(queue: str, seed: int) -> ChaosConfig:
                        reapers=1, reaper_pause_every_claims=5, min_reaper_pauses=3)
 
 
+def _first_showing_the_bug(queue: str, url: str):
+    """The run of the first of four seeds whose verdict is invalid (else the
+    last): a paused reap shows the bug only if its job is claimed again before
+    its owner ends it, and on a loaded machine a slow owner sometimes does."""
+    for seed in (1, 2, 3, 4):
+        report = _run(_reaper_pauses(queue, seed), url)
+        if report.verdict == "invalid":
+            break
+    return report
+
+
 def test_a_reaper_paused_mid_reap_catches_a_reap_that_reads_then_acts(redis_url):
     """The reaper stops between reading an expired lease and requeueing it until
     a worker's reap has requeued the job and a worker claimed it; resumed, the
@@ -260,11 +271,7 @@ def test_a_reaper_paused_mid_reap_catches_a_reap_that_reads_then_acts(redis_url)
     pauses showed nothing (the owner may finish first), so the first of four
     seeds that does is the one looked at. The contract's interleavings check is
     what catches this reap every time."""
-    for seed in (1, 2, 3, 4):
-        report = _run(_reaper_pauses(str(CORPUS / "reap_not_atomic.py"), seed),
-                      redis_url)
-        if report.verdict == "invalid":
-            break
+    report = _first_showing_the_bug(str(CORPUS / "reap_not_atomic.py"), redis_url)
     f = report.stats["faults"]
     assert f["reaper_pauses"] >= 1 and f["reaper_pauses_raced"] >= 1, f
     _shows_the_bug(report, ["handed_out_twice"])
@@ -301,9 +308,10 @@ def test_reaper_pause_needs_reapers_and_a_schedule():
 
 def test_a_reaper_behind_the_pipe_is_paused_there_too(redis_url, monkeypatch):
     """The learner's reap runs in a process of its own (as in the sandbox): its
-    host stops the call at the same point and the reaper's process waits."""
+    host stops the call at the same point and the reaper's process waits (in a
+    loaded suite, seed 1's four pauses once raced no claim: see above)."""
     monkeypatch.setenv("EO_LEARNER_PREFIX", "[]")
-    report = _run(_reaper_pauses(str(CORPUS / "reap_not_atomic.py"), 1), redis_url)
+    report = _first_showing_the_bug(str(CORPUS / "reap_not_atomic.py"), redis_url)
     f = report.stats["faults"]
     assert report.verdict == "invalid", report.text()
     assert f["reaper_pauses_raced"] >= 1, f
