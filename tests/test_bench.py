@@ -167,21 +167,18 @@ def test_fused_goal_is_the_ping_rate_and_a_short_goal_says_where_the_us_go():
     ref = goals["reference >= 90% of PING/2 per worker"]
     assert ref["value"] == pytest.approx(0.8)
     text = run.table(_report(results))
-    assert ("100.0 µs past 1 trip(s): scripts 40.0, client "
+    assert ("100.0 µs a job past 1 round trip(s): scripts 40.0, client "
             "and rest 60.0") in text
     assert "SHORT fused >= 90% of PING per worker (1w, unpinned): 50%" in text
     assert max(len(line) for line in text.splitlines()) <= 90
-    # With the workers' counts (CPU: 20 µs a PING, 70 a fused job; run queue:
-    # 1 a PING, 7 a job), the client's 60 divide: 50 of its own CPU past the
-    # PING's, 6 waiting for a CPU past the PING's, 4 that neither explains.
+    # With the workers' CPU counted (20 µs a PING, 70 a fused job), the client's
+    # 60 divide: 50 of its own CPU past the PING's, 10 waiting for a CPU.
     for x in results:
         x.client_us = [70.0 if x.system != "ping" else 20.0]
-        x.queued_us = [7.0 if x.system != "ping" else 1.0]
     [c] = [c for c in run.costs(results) if c["system"] == "reference-fused"]
-    assert (c["client_us"], c["wait_us"], c["other_us"]) == pytest.approx(
-        (50.0, 6.0, 4.0))
+    assert (c["client_us"], c["wait_us"]) == pytest.approx((50.0, 10.0))
     text = run.table(_report(results))
-    assert "client 50.0, queued 6.0, other 4.0" in text
+    assert "client CPU 50.0, waiting 10.0" in text
     assert max(len(line) for line in text.splitlines()) <= 90
 
 

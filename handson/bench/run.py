@@ -25,10 +25,9 @@ over the system's windows), which separates what a queue costs the server from
 what it costs the client and the round trips. From these the report splits a
 job's time (one worker, a serial loop) into its round trips at the PING loop's
 cost, the server's work beyond what as many PINGs cost it, and the client's
-rest: the workers' own CPU and their time ready to run but waiting for a CPU
-(both counted by the kernel, less what the PING loop's client spends on as many
-PINGs), and what none of those counts explains; a goal that is SHORT says how
-the missing microseconds divide.
+rest: the workers' own CPU (counted by the kernel, less what the PING loop's
+client spends on as many PINGs) and, left over, waiting to be scheduled; a
+goal that is SHORT says how the missing microseconds divide.
 
 Where the processes run decides the result on a small machine, so it is
 controlled and reported: each measurement runs with the workers and the
@@ -94,8 +93,6 @@ class Result:
     repeats: int = 1              #   each window; how many runs the windows span
     client_us: list[float] = field(default_factory=list)  # per repeat: the
     #   workers' own CPU per job (µs), from the kernel's count of their run time
-    queued_us: list[float] = field(default_factory=list)  # per repeat: the
-    #   time per job the workers were ready to run but waited for a CPU (µs)
 
     @property
     def rate(self) -> float:
@@ -112,10 +109,6 @@ class Result:
     @property
     def client_us_median(self) -> float | None:
         return statistics.median(self.client_us) if self.client_us else None
-
-    @property
-    def queued_us_median(self) -> float | None:
-        return statistics.median(self.queued_us) if self.queued_us else None
 
 
 class BenchError(RuntimeError):
@@ -234,11 +227,10 @@ def server_cpu_s(r: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def run_times(procs: list[subprocess.Popen]) -> tuple[float, float]:
-    """Seconds the processes' threads have run so far, and have waited in a run
-    queue for a CPU, to the nanosecond (the kernel's schedstat; the
-    tick-rounded utime would blur a short window)."""
-    ran = queued = 0
+def run_time_s(procs: list[subprocess.Popen]) -> float:
+    """CPU seconds the processes' threads have run so far, to the nanosecond
+    (the kernel's schedstat; the tick-rounded utime would blur a short window)."""
+    total = 0
     for p in procs:
         try:
             tids = os.listdir(f"/proc/{p.pid}/task")
@@ -247,12 +239,10 @@ def run_times(procs: list[subprocess.Popen]) -> tuple[float, float]:
         for tid in tids:
             try:
                 with open(f"/proc/{p.pid}/task/{tid}/schedstat") as f:
-                    run_ns, wait_ns = f.read().split()[:2]
+                    total += int(f.read().split()[0])
             except (FileNotFoundError, ProcessLookupError):
                 continue                # a thread that just exited
-            ran += int(run_ns)
-            queued += int(wait_ns)
-    return ran / 1e9, queued / 1e9
+    return total / 1e9
 
 
 def pings(r: redis.Redis) -> int:
@@ -273,7 +263,7 @@ class Turns:
         self.last = 0                  # jobs in the last window
         self.rates: list[float] = []
         self.anchor: list[float] = []  # the reference's rate around each window
-        self.cpu_s = self.counted = self.client_s = self.queued_s = 0.0
+        self.cpu_s = self.counted = self.client_s = 0.0
         if self.system:
             self._fill(FIRST_FILL[name])
         c0 = self.count()
@@ -320,7 +310,7 @@ class Turns:
                 if left < need:
                     self._fill(2 * need - left)
             c0, cpu0 = self.count(), server_cpu_s(self.r)
-            own0 = run_times(self.procs)
+            own0 = run_time_s(self.procs)
             t0 = time.perf_counter()
             _signal(self.procs, signal.SIGCONT)
             time.sleep(seconds)
@@ -328,14 +318,13 @@ class Turns:
             t1 = time.perf_counter()
             self._alive()
             c1, cpu1 = self.count(), server_cpu_s(self.r)
-            own1 = run_times(self.procs)
+            own1 = run_time_s(self.procs)
             self.last = c1 - c0
             if self.system and c1 >= self.filled:
                 continue                           # ran dry: it was waiting
             self.rates.append(self.last / (t1 - t0))
             self.cpu_s += cpu1 - cpu0
-            self.client_s += own1[0] - own0[0]
-            self.queued_s += own1[1] - own0[1]
+            self.client_s += own1 - own0
             self.counted += self.last
             return self.rates[-1]
         raise BenchError(f"{self.name}: the queue ran dry in three windows running")
@@ -396,7 +385,6 @@ def run(size: str = "full", only: list[str] | None = None, repeat: int = 1,
     anchor: dict[tuple, list[float]] = {}
     server_us: dict[tuple, list[float]] = {}
     client_us: dict[tuple, list[float]] = {}
-    queued_us: dict[tuple, list[float]] = {}
     counted: dict[tuple, int] = {}
     server = EmbeddedRedis().start()
     try:
@@ -415,14 +403,12 @@ def run(size: str = "full", only: list[str] | None = None, repeat: int = 1,
                             t.cpu_s * 1e6 / max(1, t.counted))
                         client_us.setdefault(key, []).append(
                             t.client_s * 1e6 / max(1, t.counted))
-                        queued_us.setdefault(key, []).append(
-                            t.queued_s * 1e6 / max(1, t.counted))
                         counted[key] = counted.get(key, 0) + int(t.counted)
     finally:
         server.stop()
     results = [Result(name, w, counted[(p, w, name)], rates[(p, w, name)],
                       server_us[(p, w, name)], p, anchor[(p, w, name)], repeat,
-                      client_us[(p, w, name)], queued_us[(p, w, name)])
+                      client_us[(p, w, name)])
                for p, w in groups for name in ["ping", *names]]
     return {"size": size, "repeat": repeat, "batch": BATCH,
             "rounds": plan.rounds, "window_s": plan.window_s,
@@ -468,18 +454,15 @@ def _vs_ping(results: list[Result], x: Result) -> list[float]:
 
 def cost(results: list[Result], x: Result) -> dict | None:
     """Where one job's microseconds go, per worker: round trips, server, client,
-    run queue, and what is left.
+    waiting.
 
     A worker's loop is serial: it waits while its request travels and the
     server works. So a job takes its round trips at the PING loop's cost, plus
     the server's CPU beyond what as many PINGs cost it (the scripts), plus the
     worker's own CPU beyond what as many PINGs cost the PING loop (building
-    requests, reading replies, the loop), plus the time it was ready but
-    waited for a CPU beyond the PING loop's, plus what none of these counts
-    explains (`other_us`). Each part past the round trips is the job's count
-    less as many PINGs', so the PINGs' share is never counted twice. Without
-    the workers' counts (an old report) the client is what is left and the
-    last two are None.
+    requests, reading replies, the loop), plus what no CPU count explains:
+    waiting to be scheduled. Without the workers' CPU (an old report) the
+    client is what is left and `wait_us` is None.
     """
     ping = _find(results, "ping", x.workers, x.placement)
     trips = ROUND_TRIPS.get(x.system)
@@ -491,16 +474,13 @@ def cost(results: list[Result], x: Result) -> dict | None:
     rt_us = trips * ping_us
     script_us = x.server_us_median - trips * ping.server_us_median
     rest = job_us - rt_us - script_us
-    client_us, wait_us, other_us = rest, None, None
-    if None not in (x.client_us_median, ping.client_us_median,
-                    x.queued_us_median, ping.queued_us_median):
+    client_us, wait_us = rest, None
+    if x.client_us_median is not None and ping.client_us_median is not None:
         client_us = x.client_us_median - trips * ping.client_us_median
-        wait_us = x.queued_us_median - trips * ping.queued_us_median
-        other_us = rest - client_us - wait_us
+        wait_us = rest - client_us
     return {"system": x.system, "workers": x.workers, "placement": x.placement,
             "round_trips": trips, "job_us": job_us, "round_trip_us": rt_us,
-            "script_us": script_us, "client_us": client_us, "wait_us": wait_us,
-            "other_us": other_us}
+            "script_us": script_us, "client_us": client_us, "wait_us": wait_us}
 
 
 def costs(results: list[Result]) -> list[dict]:
@@ -510,8 +490,7 @@ def costs(results: list[Result]) -> list[dict]:
 COST_PARTS = (("round_trip_us", "round trips", "#2c3e50"),
               ("script_us", "server scripts", "#e67e22"),
               ("client_us", "client CPU", "#16a085"),
-              ("wait_us", "waiting for a CPU", "#8e44ad"),
-              ("other_us", "other", "#95a5a6"))
+              ("wait_us", "waiting for a CPU", "#95a5a6"))
 
 
 def cost_figure(rows: list[dict]):
@@ -531,7 +510,7 @@ def cost_figure(rows: list[dict]):
         left = [a + w for a, w in zip(left, widths, strict=True)]
     ax.invert_yaxis()
     ax.set_xlabel("µs per job, one worker")
-    ax.legend(frameon=False, fontsize=8, ncol=5, loc="lower center",
+    ax.legend(frameon=False, fontsize=8, ncol=4, loc="lower center",
               bbox_to_anchor=(0.5, 1.0))
     fig.tight_layout()
     return fig
@@ -542,12 +521,11 @@ def _shortfall(results: list[Result], x: Result) -> str:
     c = cost(results, x)
     if c is None:
         return ""
-    text = (f"{c['job_us'] - c['round_trip_us']:.1f} µs past "
-            f"{c['round_trips']:g} trip(s): scripts {c['script_us']:.1f}, ")
+    text = (f"{c['job_us'] - c['round_trip_us']:.1f} µs a job past "
+            f"{c['round_trips']:g} round trip(s): scripts {c['script_us']:.1f}, ")
     if c["wait_us"] is None:
         return text + f"client and rest {c['client_us']:.1f}"
-    return text + (f"client {c['client_us']:.1f}, queued {c['wait_us']:.1f}, "
-                   f"other {c['other_us']:.1f}")
+    return text + f"client CPU {c['client_us']:.1f}, waiting {c['wait_us']:.1f}"
 
 
 def goals(results: list[Result]) -> list[dict]:
@@ -651,11 +629,10 @@ def table(report: dict) -> str:
               "w: workers"]
     if report.get("costs"):
         lines += ["", "µs a job, per worker = round trips (at the PING loop's) + "
-                  "server past those PINGs", "  + client CPU + waiting for a CPU "
-                  "(each past the PINGs') + other"]
+                  "server past those PINGs", "  + client CPU past those PINGs + "
+                  "waiting (what no CPU count explains: the scheduler)"]
     for c in report.get("costs", []):
-        wait = ("" if c.get("wait_us") is None else
-                f" + {c['wait_us']:5.1f} + {c['other_us']:5.1f}")
+        wait = "" if c.get("wait_us") is None else f" + {c['wait_us']:5.1f}"
         lines.append(f"  {c['system']:<17} {c['placement']:<8} {c['workers']:>2}w "
                      f"{c['job_us']:6.1f} = {c['round_trip_us']:5.1f} + "
                      f"{c['script_us']:5.1f} + {c['client_us']:5.1f}{wait}")
