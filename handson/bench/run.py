@@ -26,7 +26,9 @@ what it costs the client and the round trips. From these the report splits a
 job's time (one worker, a serial loop) into its round trips at the PING loop's
 cost, the server's work beyond what as many PINGs cost it, and the client's
 rest: the workers' own CPU (counted by the kernel, less what the PING loop's
-client spends on as many PINGs) and, left over, waiting to be scheduled; a
+client spends on as many PINGs) and, left over, waiting: for a wake-up, or for
+a CPU another process holds (the kernel's run-queue time is no separate part:
+together, the worker queues while the server runs, time counted already); a
 goal that is SHORT says how the missing microseconds divide.
 
 Where the processes run decides the result on a small machine, so it is
@@ -461,8 +463,9 @@ def cost(results: list[Result], x: Result) -> dict | None:
     the server's CPU beyond what as many PINGs cost it (the scripts), plus the
     worker's own CPU beyond what as many PINGs cost the PING loop (building
     requests, reading replies, the loop), plus what no CPU count explains:
-    waiting to be scheduled. Without the workers' CPU (an old report) the
-    client is what is left and `wait_us` is None.
+    waiting, for a wake-up or for a CPU another process holds. Without the
+    workers' CPU (an old report) the client is what is left and `wait_us` is
+    None.
     """
     ping = _find(results, "ping", x.workers, x.placement)
     trips = ROUND_TRIPS.get(x.system)
@@ -490,7 +493,7 @@ def costs(results: list[Result]) -> list[dict]:
 COST_PARTS = (("round_trip_us", "round trips", "#2c3e50"),
               ("script_us", "server scripts", "#e67e22"),
               ("client_us", "client CPU", "#16a085"),
-              ("wait_us", "waiting for a CPU", "#95a5a6"))
+              ("wait_us", "waiting", "#95a5a6"))
 
 
 def cost_figure(rows: list[dict]):
@@ -630,7 +633,7 @@ def table(report: dict) -> str:
     if report.get("costs"):
         lines += ["", "µs a job, per worker = round trips (at the PING loop's) + "
                   "server past those PINGs", "  + client CPU past those PINGs + "
-                  "waiting (what no CPU count explains: the scheduler)"]
+                  "waiting (what no CPU count explains: wake-ups, busy CPU)"]
     for c in report.get("costs", []):
         wait = "" if c.get("wait_us") is None else f" + {c['wait_us']:5.1f}"
         lines.append(f"  {c['system']:<17} {c['placement']:<8} {c['workers']:>2}w "
