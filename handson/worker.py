@@ -111,6 +111,7 @@ class Crashes:
         self.call = threading.local()   # the contract call this thread is inside
         self.remote = None              # the queue's host, when it is behind a pipe
         self.armed = self.paused = False    # a reaper pause: armed, spent
+        self.told = False                   # the armed reap's start was logged
         if self.points & {"mid-call", "mid-claim", "mid-reap"} or pausing:
             self._hook_replies()
 
@@ -123,7 +124,7 @@ class Crashes:
     def pause_mid_reap(self, replies: int, jobs: list[str]) -> None:
         """Stop this process between two round trips of a reap that read
         `jobs`; the engine sends SIGCONT once they have moved on."""
-        self.armed, self.paused = False, True
+        self.armed, self.paused, self.told = False, True, False
         jobs = [str(j)[:100] for j in jobs][:50] if isinstance(jobs, list) else []
         self.events.log("reaper_paused", jobs=jobs, after_reply=replies)
         os.kill(PID, signal.SIGSTOP)
@@ -264,13 +265,16 @@ class Worker:
 
     def reap(self) -> None:
         armed, self.crashes.paused = self.crashes.armed, False
+        if armed and not self.crashes.told:   # the first armed reap's start, once
+            self.events.log("reap_armed")
+            self.crashes.told = True
         requeued, dead = self.call("reap", self.max_attempts)
         if self.crashes.paused:      # the engine waits for the paused reap's end
             self.events.log("reap_after_pause", requeued=requeued, dead=dead)
         if requeued or dead:
             self.events.log("reap", requeued=requeued, dead=dead)
             if armed and not self.crashes.paused:   # took them back in one go
-                self.crashes.armed = False
+                self.crashes.armed = self.crashes.told = False
                 self.events.log("reap_no_gap", requeued=requeued, dead=dead)
 
     def run(self) -> None:

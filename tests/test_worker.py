@@ -253,8 +253,9 @@ def test_mid_reap_kills_only_between_a_reaps_round_trips(r, redis_url, tmp_path,
 
 
 def _armed_reaper(redis_url, tmp_path, queue: str, hosted: bool):
-    """A --reap-only reaper armed by SIGUSR1, then a lease (doc-3) that runs out
-    once the reaper's first call (slow: it connects) is surely over."""
+    """A --reap-only reaper armed by SIGUSR1, then, once a reap has started
+    armed, a lease (doc-3) that runs out. (Timed instead, from the start, an
+    unarmed first reap slow to start its host under load took the lease.)"""
     from handson.queues.contract import load_queue
 
     mod = load_queue(str(CORPUS / queue))
@@ -265,6 +266,7 @@ def _armed_reaper(redis_url, tmp_path, queue: str, hosted: bool):
                "--pause-mid-reap", **env)
     w.wait_for(lambda ev: "start" in _kinds(ev), timeout=60)
     os.kill(w.proc.pid, signal.SIGUSR1)
+    w.wait_for(lambda ev: "reap_armed" in _kinds(ev), timeout=60)
     mod.enqueue(r, {"doc_id": 3, "text": "short"}, "doc-3")
     assert mod.claim(r, 1.5)[0] == "doc-3"
     return mod, r, w
