@@ -59,6 +59,7 @@ from dataclasses import asdict, dataclass, field
 import redis
 
 from handson.bench.systems import BATCH, SYSTEMS, System
+from handson.infra.schedstat import run_time_s
 from handson.redis_server import EmbeddedRedis
 
 
@@ -229,24 +230,6 @@ def server_cpu_s(r: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def run_time_s(procs: list[subprocess.Popen]) -> float:
-    """CPU seconds the processes' threads have run so far, to the nanosecond
-    (the kernel's schedstat; the tick-rounded utime would blur a short window)."""
-    total = 0
-    for p in procs:
-        try:
-            tids = os.listdir(f"/proc/{p.pid}/task")
-        except FileNotFoundError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{p.pid}/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except (FileNotFoundError, ProcessLookupError):
-                continue                # a thread that just exited
-    return total / 1e9
-
-
 def pings(r: redis.Redis) -> int:
     """PINGs the server has answered since it started."""
     return int(r.info("commandstats").get("cmdstat_ping", {}).get("calls", 0))
@@ -312,7 +295,7 @@ class Turns:
                 if left < need:
                     self._fill(2 * need - left)
             c0, cpu0 = self.count(), server_cpu_s(self.r)
-            own0 = run_time_s(self.procs)
+            own0 = run_time_s([p.pid for p in self.procs])
             t0 = time.perf_counter()
             _signal(self.procs, signal.SIGCONT)
             time.sleep(seconds)
@@ -320,7 +303,7 @@ class Turns:
             t1 = time.perf_counter()
             self._alive()
             c1, cpu1 = self.count(), server_cpu_s(self.r)
-            own1 = run_time_s(self.procs)
+            own1 = run_time_s([p.pid for p in self.procs])
             self.last = c1 - c0
             if self.system and c1 >= self.filled:
                 continue                           # ran dry: it was waiting

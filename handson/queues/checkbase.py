@@ -87,3 +87,10 @@ def _claim_all(q, r, lease_s: float, limit: int = 10_000) -> list:
 def _client(url: str):
     """A client like the seed's and the chaos workers': replies decoded to str."""
     return connect(url, decode_responses=True)
+
+
+def _empty(q, r) -> None:
+    """The queue as a check starts it: no job, no lease, no marker."""
+    r.flushdb()
+    if getattr(q, "STATE_OUTSIDE_REDIS", False) is True:   # e.g. in PostgreSQL
+        q.reset(r)

@@ -42,6 +42,7 @@ from handson.queues.checkbase import (
     _check,
     _claim_all,
     _client,
+    _empty,
     _Failed,
     _need,
 )
@@ -688,134 +689,13 @@ def _bound(q, r, url):
     return "QueueFull at 6; room after a claim"
 
 
-@_check("heartbeat_keeps_lease",
-        "a job heartbeating at lease/3 for 10 leases is never reaped while reapers "
-        "run, every extend returns True, and the owner's ack succeeds", timeout=60)
-def _heartbeat(q, r, url):
-    lease = 0.5
-    span = 10 * lease
-    trial = 1
-    # A trial the machine stalled past the lease is run again; the last one is
-    # judged whatever happened, so stalling the machine earns nothing.
-    while (got := _heartbeat_trial(q, r, url, lease, span, f"long-{trial}",
-                                   trial == TRIALS)) is None:
-        trial += 1
-    reaped, refused, job, slow = got
-    aside = (f" ({trial - 1} trial(s) before it set aside: the machine stalled "
-             "them past the lease)" if trial > 1 else "")
-    _need(not slow, f"extend took {slow:.2f} s, past 0.8 of the "
-          f"{lease} s lease, while the machine kept time{aside}",
-          "extend must answer at once: one round trip that pushes the "
-          "deadline, no sleeping or waiting in it")
-    _need(reaped == [0, 0] and not refused,
-          f"reaped {reaped} and {refused} extends refused in {span} s{aside}",
-          "extend must push the deadline to now + lease_s by the server "
-          "clock")
-    _need(q.ack(r, job[0], job[2]), f"the owner's ack returned False{aside}", "")
-    return f"never reaped in {span / lease:.0f} leases{aside}"
-
-
-TRIALS = 3
-STALL_S = 0.05          # a tick of the watch this late: the machine held us
-
-
-def _heartbeat_trial(q, r, url, lease: float, span: float, job_id: str,
-                     last: bool):
-    """(reaped, extends refused, job, slowest extend's seconds if it was to blame),
-    or None when the machine held the check past the lease (never the `last`).
-
-    A loaded machine can hold the beating thread past the lease: the lease then
-    runs out on a correct queue. A trusted watch thread ticks beside it; a beat
-    that came too late is excused only if the watch was held too in that time.
-    An extend that is slow on its own (a sleep in it) is the queue's. What
-    happened up to a lease after the first excused beat decides whether the
-    trial is set aside; the `last` is judged whole.
-    """
-    _empty(q, r)        # an earlier trial's job, reaped here, is not this one's
-    q.enqueue(r, {"doc_id": 10}, job_id)
-    job = q.claim(r, lease)
-    _need(job is not None, "claim returned None with a job pending", "")
-    beats = [time.monotonic()]
-    calls: list = []                   # (start, end) of each extend
-    stop = threading.Event()
-    refused: list = []
-    errors: list = []
-    stalls: list = []                  # (start, end) when the watch was held
-    hb = _client(url)
-
-    def beat():
-        while not stop.wait(lease / 3):
-            start = time.monotonic()
-            try:
-                ok = q.extend(hb, job_id, job[2], lease)
-            except Exception as err:  # reported below, as the check's failure
-                errors.append(f"{type(err).__name__}: {err}")
-                return
-            now = time.monotonic()
-            calls.append((start, now))
-            if not ok:
-                refused.append(now)
-            beats.append(now)
-
-    def watch(tick=0.01):
-        last = time.monotonic()
-        while not stop.wait(tick):
-            now = time.monotonic()
-            if now - last > tick + STALL_S:
-                stalls.append((last, now))
-            last = now
-
-    threads = [threading.Thread(target=f, daemon=True) for f in (beat, watch)]
-    for t in threads:
-        t.start()
-    reaps: list = []                   # (when the reap was sent, requeued, dead)
-    end = time.monotonic() + span
-    try:
-        while (sent := time.monotonic()) < end:
-            a, b = q.reap(r, 3)
-            if a or b:
-                reaps.append((sent, a, b))
-            time.sleep(0.03)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(5)
-    beats.append(time.monotonic())
-    _need(not errors, f"extend raised {errors[0]}" if errors else "",
-          "extend must return True while the caller holds the lease")
-
-    def own(a, b):                     # the part of [a, b] the machine let run
-        return b - a - sum(max(0.0, min(b, e) - max(a, s)) for s, e in stalls)
-
-    # A beat that came after the lease was lost is late for nothing: what is
-    # judged is whether the machine let us run until the loss.
-    lost = min([x[0] for x in reaps] + refused, default=float("inf"))
-    held = [a for a, b in zip(beats, beats[1:], strict=False)
-            if b - a > 0.8 * lease
-            and own(a, min(b, lost) if lost > a else b) <= 0.8 * lease]
-    slow = max((own(s, e) for s, e in calls), default=0.0)
-    slow = slow if slow > 0.8 * lease else 0.0
-    cutoff = held[0] + lease if held and not last else float("inf")
-    reaped = [sum(x[1] for x in reaps if x[0] < cutoff),
-              sum(x[2] for x in reaps if x[0] < cutoff)]
-    refused_n = sum(1 for x in refused if x < cutoff)
-    if held and not last and not slow and reaped == [0, 0] and not refused_n:
-        return None
-    return reaped, refused_n, job, slow
-
-
-# The checks that stop a call between its round trips live in a module of their
-# own; importing it registers them, after the ones above.
+# The heartbeat check (judged by the server's clock and the kernel's count of
+# waiting) and the checks that stop a call between its round trips live in
+# modules of their own; importing them registers them, after the ones above.
+import handson.queues.lease_keeping  # noqa: E402,F401
 from handson.queues import interleave  # noqa: E402,F401
 
 # --- the runner --------------------------------------------------------------------
-
-def _empty(q, r) -> None:
-    """The queue as a check starts it: no job, no lease, no marker."""
-    r.flushdb()
-    if getattr(q, "STATE_OUTSIDE_REDIS", False) is True:   # e.g. in PostgreSQL
-        q.reset(r)
-
 
 def _child(conn, name: str, spec: str, url: str, parent: int) -> None:
     os.setpgid(0, 0)

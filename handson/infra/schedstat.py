@@ -1,0 +1,105 @@
+"""The kernel's count of each thread's time on a CPU and waiting for one.
+
+`/proc/<pid>/task/<tid>/schedstat` holds nanoseconds run, nanoseconds runnable
+but left waiting in a run queue, and slices run. A thread stopped, asleep or
+blocked on a lock is in neither count, so the waiting is the machine's doing,
+never the process's: a process cannot make the kernel say it was held.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from bisect import bisect_left, bisect_right
+
+
+def thread_ns(pid: int) -> tuple[int, int] | None:
+    """(run, waiting) nanoseconds over the threads of `pid` now; None if the
+    process is gone or the kernel keeps no such count."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    run = wait = 0
+    seen = False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                fields = f.read().split()
+        except OSError:
+            continue                    # a thread that just exited
+        run, wait, seen = run + int(fields[0]), wait + int(fields[1]), True
+    return (run, wait) if seen else None
+
+
+def run_time_s(pids: list[int]) -> float:
+    """CPU seconds the processes' threads have run so far, to the nanosecond
+    (the tick-rounded utime would blur a short window)."""
+    return sum((thread_ns(p) or (0, 0))[0] for p in pids) / 1e9
+
+
+class Waits:
+    """This process's and its descendants' time waiting for a CPU, sampled.
+
+    A thread ticks every `tick` seconds and records the summed waiting; the
+    descendants (hosts running a learner's module) are looked up again every
+    `rescan` ticks. `between(a, b)` is the waiting in [a, b] as the samples
+    around it saw it: more than the truth when the sampler was held too (it
+    came by seldom), never less.
+    """
+
+    def __init__(self, tick: float = 0.02, rescan: int = 10):
+        self.tick, self.rescan = tick, rescan
+        self.times: list[float] = []
+        self.waited: list[float] = []
+        self.counted = thread_ns(os.getpid()) is not None
+        self.pids = [os.getpid()]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Waits:
+        self._sample([os.getpid()])
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sample(self._pids())
+
+    def _pids(self) -> list[int]:
+        import psutil
+
+        try:
+            below = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            below = []
+        return [os.getpid(), *(p.pid for p in below)]
+
+    def _sample(self, pids: list[int]) -> None:
+        total = sum((thread_ns(p) or (0, 0))[1] for p in pids) / 1e9
+        # A process that exits takes its count along: the sum never goes back.
+        self.waited.append(max(total, self.waited[-1] if self.waited else 0.0))
+        self.times.append(time.monotonic())
+
+    def _run(self) -> None:
+        n = 0
+        self.pids = self._pids()
+        while not self._stop.wait(self.tick):
+            n += 1
+            if n % self.rescan == 0:
+                self.pids = self._pids()
+            self._sample(self.pids)
+
+    def between(self, a: float, b: float) -> float:
+        if not self.times or self.times[-1] < b:
+            self._sample(self.pids)     # a starved sampler may not have come by
+        times, waited = list(self.times), list(self.waited)
+        n = min(len(times), len(waited))
+        times, waited = times[:n], waited[:n]
+        if not n or b <= a:
+            return 0.0
+        i = max(0, bisect_right(times, a) - 1)
+        j = min(len(times) - 1, bisect_left(times, b))
+        return min(b - a, max(0.0, waited[j] - waited[i]))
