@@ -82,7 +82,8 @@ def test_a_step_too_small_to_expire_the_lease_still_convicts():
 
 def test_heartbeat_trial_sets_aside_long_jobs_runs_the_learner_did_not_fail():
     """A run whose server clock jumped, or that lost a lease while the machine
-    held the grader, is run again, up to three times; the last is judged."""
+    held the grader, is run again, up to three times; the last is judged unless
+    the kernel says the machine held the workers."""
     from autograder.judges.heartbeat_trial import _long_jobs_until_a_fair_run as fair
 
     runs = iter([{"clock_gained_ms": 700.0, "acks": "first"},
@@ -100,6 +101,11 @@ def test_heartbeat_trial_sets_aside_long_jobs_runs_the_learner_did_not_fail():
     busy = iter([{"requeued": 1, "stall_ms": 300.0, "acks": n} for n in range(5)])
     got = fair(lambda: next(busy))
     assert got["acks"] == 2 and got["rerun"].startswith("2 earlier run(s)")
+    assert "excused" not in got
+    # ... unless the kernel counts its workers waiting for a CPU as it lost one
+    held = iter([{"requeued": 1, "held_ms": 90.0, "acks": n} for n in range(5)])
+    got = fair(lambda: next(held))
+    assert got["acks"] == 2 and "waited 90 ms for a CPU" in got["excused"]
 
 
 def test_the_report_says_how_much_the_clock_gained_only_when_it_did():

@@ -94,6 +94,9 @@ def _trial_outcomes(data: dict) -> list:
     c = by["long_jobs_run_once"]
     if "crashed" in lj:
         out.append(outcome(c, False, "the trial could not run: " + lj["crashed"]))
+    elif "excused" in lj:
+        out.append(outcome(c, True, got=f"not judged: in the last run {lj['excused']} "
+                           f"({lj.get('rerun', '')})"))
     else:
         twice = sorted({j for j, a in lj["claims"] if a > 1})
         effects = {j: len(v) for j, v in lj["effects"].items()}
