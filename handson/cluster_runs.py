@@ -409,6 +409,18 @@ def _cluster_nodes(cluster: EmbeddedCluster) -> dict:
     raise RedisUnavailable("no cluster node answers")
 
 
+def _acked_since(work: Path, queues: set[str], since: float) -> bool:
+    """A producer has logged a write to one of `queues` sent after `since`."""
+    for path in work.glob("p*.jsonl"):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):        # a line half written
+                e = json.loads(line)
+                if (e["ev"] == "acked" and e["queue"] in queues
+                        and e["t0"] > since):
+                    return True
+    return False
+
+
 def _until(what: str, ready, timeout: float, tick: float = 0.01) -> float:
     deadline = time.monotonic() + timeout
     while True:
@@ -493,6 +505,12 @@ def failover(cluster: EmbeddedCluster, *, wait_ms: int = 0, cut_s: float = 0.0,
         t["rejoined"] = _until("the old primary to sync as a replica", lambda:
                                primary.client().info("replication").get(
                                    "master_link_status") == "up", 20)
+        # Producers find the new primary when their client next learns the
+        # slots: on a loaded machine that may outlast `after_s`, and a run with
+        # no write to the shard after the kill measures no refused window.
+        t["written"] = _until("a write acknowledged by the shard's new primary",
+                              lambda: _acked_since(work, set(groups[0]), t["kill"]),
+                              20, tick=0.05)
         time.sleep(max(0.0, t["promoted"] + after_s - time.monotonic()))
         stop_producing.set()
         t["stop"] = time.monotonic()

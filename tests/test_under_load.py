@@ -105,8 +105,8 @@ _thread = threading.local()
 
 
 def extend(r, job_id, attempt, lease_s, *, queue="q"):
-    if not getattr(_thread, "low", False):     # each beating thread, once
-        _thread.low = True
+    _thread.calls = getattr(_thread, "calls", 0) + 1
+    if _thread.calls == 4:              # each beating thread, after 3 beats
         os.sched_setaffinity(0, {0})
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     return _extend_now(r, job_id, attempt, lease_s, queue=queue)
@@ -116,11 +116,11 @@ def extend(r, job_id, attempt, lease_s, *, queue="q"):
 @pytest.mark.parametrize("host", [None, "[]"], ids=["in-process", "own-process"])
 def test_a_correct_heartbeat_keeps_its_point_on_a_machine_that_holds_it(
         tmp_path, redis_url, monkeypatch, host):
-    """The reference queue, its beating thread at the lowest priority on a CPU
-    that a process holds 0.7 s in every 1.5 s: the beats come late while the
-    reaper runs on, and the kernel counts the beats' wait for the CPU as a
-    loaded machine's. The point is kept, whichever trial is judged, also when
-    extend runs in a host process of its own, as under the grader."""
+    """The reference queue, its beating thread (after three beats) at the
+    lowest priority on a CPU that a process holds 0.7 s in every 1.5 s: the
+    beats come late while the reaper runs on, as on a loaded machine. The
+    point is kept, whichever trial is judged, also when extend runs in a host
+    process of its own, as under the grader."""
     if host is not None:
         monkeypatch.setenv("EO_LEARNER_PREFIX", host)
     path = tmp_path / "held.py"

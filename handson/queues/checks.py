@@ -35,9 +35,11 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from handson.infra.learner_module import SKEW_ENV
+from handson.infra.stops import Stops
 from handson.queues.checkbase import (
     _SPEC,
     CHECKS,
+    NOT_JUDGED,
     CheckResult,
     _check,
     _claim_all,
@@ -737,9 +739,10 @@ def _run_one(name: str, spec: str, url: str, timeout: float | None = None
     child.close()
     result = None
     try:
-        if parent.poll(timeout):
-            with contextlib.suppress(EOFError):
-                result = CheckResult(**parent.recv())
+        with Stops(p.pid) as stops:
+            if parent.poll(timeout):
+                with contextlib.suppress(EOFError):
+                    result = CheckResult(**parent.recv())
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(p.pid, signal.SIGKILL)   # the check and anything it started
@@ -747,6 +750,13 @@ def _run_one(name: str, spec: str, url: str, timeout: float | None = None
             p.kill()
         p.join(5)
         parent.close()
+    if result is not None and result.ok and result.got.startswith(NOT_JUDGED) \
+            and stops.seen:
+        return CheckResult(name, False, check.expected,
+                           f"{result.got}; but the check's processes were stopped "
+                           "by a signal meanwhile (SIGSTOP), and a process that "
+                           "stops itself is no busy machine",
+                           "nothing in the module may stop or pause its process")
     if result is not None:
         return result
     if p.exitcode not in (None, -signal.SIGKILL):

@@ -4,12 +4,12 @@ A correct extend run at time s pushes the deadline to at least s + lease: the
 server ran it after s, by a clock that ticks with ours. So a reap that took
 the lease and answered before s + lease, or an extend refused that early, is
 the queue's fault whatever the load; that is judged at once. A lease lost
-later means no extend began for a whole lease. That is the queue's fault
-when its extends are slow on their own, and otherwise a trial the machine
-may have held, run again. The last trial asks the kernel: unless its threads
-(and the learner's host processes) were runnable but waiting for a CPU for
-most of that gap, the process held itself (stopped, asleep, a lock) and the
-loss is judged.
+later means no extend began for a whole lease: the queue's fault when its
+extends are slow on their own (the median call of all trials, less what the
+kernel counts as waiting for a CPU), otherwise a trial the machine may have
+held, run again. If the last of them is held too, the check is not judged;
+the runner, outside the check's process group, fails it instead when it saw
+a process of the check stopped by a signal (a module that stops itself).
 """
 
 from __future__ import annotations
@@ -20,7 +20,14 @@ import time
 from dataclasses import dataclass, field
 
 from handson.infra.schedstat import Waits
-from handson.queues.checkbase import _check, _client, _empty, _Failed, _need
+from handson.queues.checkbase import (
+    NOT_JUDGED,
+    _check,
+    _client,
+    _empty,
+    _Failed,
+    _need,
+)
 
 LEASE_S = 0.5
 SPAN_S = 10 * LEASE_S
@@ -28,6 +35,7 @@ TRIALS = 4
 MARGIN_S = 0.01         # the server's deadline is kept to the millisecond
 LATE = 0.8              # an extend ending this much of a lease after the last
 SLOW = 0.4              # an extend's median own time past this much of a lease
+ENOUGH_CALLS = 5        # ... judged over at least this many calls, or the last trial
 
 
 @dataclass
@@ -101,7 +109,7 @@ def _run(q, r, url: str, job_id: str, last: bool, waits: Waits) -> Trial:
     return trial
 
 
-def _judge(trial: Trial, last: bool, waits: Waits) -> str | None:
+def _judge(trial: Trial, last: bool, waits: Waits, own: list) -> str | None:
     """The result, or None when the trial is set aside; raises when it fails."""
     _need(not trial.errors, f"extend raised {trial.errors[0]}" if trial.errors
           else "", "extend must return True while the caller holds the lease")
@@ -114,9 +122,11 @@ def _judge(trial: Trial, last: bool, waits: Waits) -> str | None:
               "to run",
               "extend must push the deadline to now + lease_s by the server "
               "clock, in milliseconds")
-    own = [e - s - waits.between(s, e) for s, e, _ in trial.calls[1:]]
+    # A machine holds a call now and then; a slow extend is slow every time.
+    # Judged once the trials hold enough calls, and always on the last.
+    own += [e - s - waits.between(s, e) for s, e, _ in trial.calls[1:]]
     median = statistics.median(own) if own else 0.0
-    _need(median <= SLOW * LEASE_S,
+    _need(median <= SLOW * LEASE_S or (len(own) < ENOUGH_CALLS and not last),
           f"extend took {median:.2f} s of its own (the median of {len(own)} "
           f"calls), past {SLOW} of the {LEASE_S} s lease",
           "extend must answer at once: one round trip that pushes the "
@@ -129,29 +139,21 @@ def _judge(trial: Trial, last: bool, waits: Waits) -> str | None:
     if not last:
         return None
     what, at, since = loss
-    gap, waited = at - since, waits.between(since, at)
-    if not waits.counted:
-        return (f"not judged: {what} after no extend began for {gap:.2f} s, and "
-                "this kernel keeps no count of time waiting for a CPU")
-    _need(waited >= gap - LATE * LEASE_S,
-          f"{what} after no extend began for {gap:.2f} s; the kernel counts "
-          f"{waited:.2f} s of that waiting for a CPU, so the process held "
-          "itself (stopped, asleep or on a lock), not the machine",
-          "extend must answer at once, and nothing may stop the process "
-          "that beats")
-    return (f"not judged: {what} after no extend began for {gap:.2f} s, "
-            f"{waited:.2f} s of it waiting for a CPU (the machine is too busy)")
+    return (f"{NOT_JUDGED}: {what} after no extend began for {at - since:.2f} s, "
+            f"in each of {TRIALS} trials: the machine held the beats past the "
+            "lease (it is too busy)")
 
 
 @_check("heartbeat_keeps_lease",
         "a job heartbeating at lease/3 for 10 leases is never reaped while reapers "
         "run, every extend returns True, and the owner's ack succeeds", timeout=60)
 def _heartbeat(q, r, url):
+    own: list = []                  # each extend's own seconds, over the trials
     with Waits() as waits:
         for n in range(1, TRIALS + 1):
             trial = _run(q, r, url, f"long-{n}", n == TRIALS, waits)
             try:
-                got = _judge(trial, n == TRIALS, waits)
+                got = _judge(trial, n == TRIALS, waits, own)
             except _Failed as err:
                 if n > 1:
                     err.got += _aside(n - 1)
