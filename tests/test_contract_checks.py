@@ -446,7 +446,7 @@ def test_a_process_stopped_in_every_trial_is_judged_on_the_last(tmp_path,
     path.write_text(STALLING + "\nSTALLED_JOBS = 99\n")
     [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
     assert not res.ok and "3 trial(s) before it set aside" in res.got, res
-    assert res.got.startswith("not judged: extend returned False"), res
+    assert res.got.startswith("not judged: "), res
     assert "stopped by a signal meanwhile" in res.got, res
 
 

@@ -649,14 +649,21 @@ def _claim_and_die(spec: str, url: str) -> None:
 
 @_check("killed_attempt_counts",
         "a worker killed with SIGKILL after claim uses up its attempt: next attempt "
-        "2, and with max_attempts=2 a second kill buries the job", timeout=30)
+        "2, and with max_attempts=2 a second kill buries the job", timeout=120)
 def _killed_counts(q, r, url):
+    # Each worker starts the learner's module afresh (under the grader, a
+    # confined host): beside a class being graded that took over 10 s.
     q.enqueue(r, {"doc_id": 9}, "victim")
     ctx = multiprocessing.get_context("fork")
     for kill in (1, 2):
         p = ctx.Process(target=_claim_and_die, args=(_SPEC[0], url))
         p.start()
-        p.join(10)
+        p.join(50)
+        if p.exitcode is None:
+            p.kill()
+            p.join(5)
+            raise _Failed("the worker neither claimed nor died within 50 s",
+                          "claim must return at once when a job is pending")
         _need(p.exitcode == -signal.SIGKILL, f"worker exit code {p.exitcode}", "")
         reaped = _expire_and_reap(q, r, max_attempts=2)
         want = (1, 0) if kill == 1 else (0, 1)
