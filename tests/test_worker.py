@@ -136,7 +136,9 @@ def test_worker_drains_buries_poison_with_reason_and_stops_on_sigterm(
 
 def test_heartbeat_keeps_a_long_job_past_its_lease(r, redis_url, tmp_path, workers):
     q.enqueue(r, {"doc_id": 1, "text": "long"}, "doc-1")
-    w = Worker(redis_url, tmp_path, "--lease", "0.3", ITERS=1_500_000)
+    # A lease of 0.6 s (a beat may be 0.4 s late): in a loaded suite a 0.3 s
+    # one ran out on a correct worker.
+    w = Worker(redis_url, tmp_path, "--lease", "0.6", ITERS=3_000_000)
     workers.append(w)
     w.wait_for(lambda ev: "claim" in _kinds(ev))
     while w.proc.poll() is None and "ack" not in _kinds(w.read()):

@@ -190,7 +190,7 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
                             env=queue_runs.learner_env(path, redis_url, IMPORTS))
         results, left = queue_runs.contract(path, redis_url,
                                             [c.name for c in CONTRACT_CHECKS],
-                                            timeout=120, imports=IMPORTS)
+                                            timeout=300, imports=IMPORTS)
         fin = trial.result()
     outcomes = []
     for c in CONTRACT_CHECKS:

@@ -33,6 +33,27 @@ def thread_ns(pid: int) -> tuple[int, int] | None:
     return (run, wait) if seen else None
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes under `pid`, from the kernel's lists of each thread's
+    children (a few file reads, where walking all of /proc reads hundreds)."""
+    out, todo = [], [pid]
+    while todo:
+        top = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{top}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{top}/task/{tid}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
 def run_time_s(pids: list[int]) -> float:
     """CPU seconds the processes' threads have run so far, to the nanosecond
     (the tick-rounded utime would blur a short window)."""
@@ -69,13 +90,7 @@ class Waits:
         self._sample(self._pids())
 
     def _pids(self) -> list[int]:
-        import psutil
-
-        try:
-            below = psutil.Process().children(recursive=True)
-        except psutil.Error:
-            below = []
-        return [os.getpid(), *(p.pid for p in below)]
+        return [os.getpid(), *descendants(os.getpid())]
 
     def _sample(self, pids: list[int]) -> None:
         total = sum((thread_ns(p) or (0, 0))[1] for p in pids) / 1e9

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import threading
 
-import psutil
+from handson.infra.schedstat import descendants
 
 
 class Stops:
     """Watches `pid` and its descendants until the `with` block ends."""
 
-    def __init__(self, pid: int, tick: float = 0.005, rescan: int = 20):
+    def __init__(self, pid: int, tick: float = 0.01, rescan: int = 20):
         self.pid, self.tick, self.rescan = pid, tick, rescan
         self.seen: list[int] = []          # pids seen stopped, in order
         self._halt = threading.Event()
@@ -32,11 +32,7 @@ class Stops:
         self._thread.join(5)
 
     def _tree(self) -> list[int]:
-        try:
-            top = psutil.Process(self.pid)
-            return [self.pid, *(p.pid for p in top.children(recursive=True))]
-        except psutil.Error:
-            return [self.pid]
+        return [self.pid, *descendants(self.pid)]
 
     def _run(self) -> None:
         pids, n = self._tree(), 0

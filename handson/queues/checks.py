@@ -384,8 +384,10 @@ SERVER_CLOCK_HINT = ("compute every deadline inside the script from the Redis "
         "workers whose clocks are an hour behind or ahead: a 30 s lease they claim "
         "or extend is not reaped at once, and a 0.25 s one is reaped once it has "
         "expired; a reaper an hour ahead leaves a 30 s lease alone, one an hour "
-        "behind takes an expired lease", timeout=60)
+        "behind takes an expired lease", timeout=150)
 def _server_clock(q, r, url):
+    # Six workers, each starting the learner's module afresh (under the grader,
+    # a confined host): beside three gradings at once that took over 60 s.
     hour = 3600.0
     for skew, what in ((-hour, "behind"), (hour, "ahead")):
         q.enqueue(r, {"doc_id": 11}, f"clock-{what}")
