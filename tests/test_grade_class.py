@@ -206,13 +206,18 @@ def test_gradebook_equals_grading_one_by_one(graded_class):
                               "--json", "--quick"], cwd=ROOT, capture_output=True,
                              text=True, env=ENV, timeout=600)
         checks = json.loads(res.stdout)["checks"]
-        return student, path.parent.name, {c["name"]: float(c["points"])
+        return student, path.parent.name, {c["name"]: (float(c["points"]), c)
                                            for c in checks}
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(alone, [(s, subs[s]) for s in sorted(ALONE)]))
-    mismatched = [(s, a, book[s, a], points) for s, a, points in results
-                  if book[s, a] != points]
+    # Only the checks that differ, with what grading alone said of them.
+    mismatched = [(s, a, name, book[s, a].get(name), got)
+                  for s, a, checks in results
+                  for name, (points, got) in checks.items()
+                  if book[s, a].get(name) != points]
+    mismatched += [(s, a, "checks", sorted(book[s, a]), sorted(checks))
+                   for s, a, checks in results if set(book[s, a]) != set(checks)]
     assert not mismatched, mismatched[:3]
 
 

@@ -12,12 +12,14 @@ import shutil
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from autograder.grade import replayable
 from autograder.isolation import sandbox
 from autograder.judges import claim_ack_reap, heartbeat_trial, heartbeats, queue_runs
+from handson.faults import engine
 from handson.faults.engine import ChaosConfig, run
 from handson.infra import remote_module
 from handson.redis_server import connect
@@ -44,6 +46,24 @@ def test_jobs_listed_dead_but_never_claimed_are_lost(redis_url):
     assert not by["chaos_nothing_lost"].ok and by["chaos_nothing_lost"].points == 0
     assert "in the DLQ after 0 attempts" in by["chaos_nothing_lost"].witnesses[0]
     assert all(by[n].ok for n in by if n != "chaos_nothing_lost"), by
+
+
+def test_only_a_worker_killed_in_its_loop_may_hide_a_claim():
+    """A kill excuses an unlogged claim only if the worker had logged its start
+    and held no job: one killed while still starting never claimed (counting
+    those once let a loaded run excuse every job dead_hides_lost dropped)."""
+    judge = object.__new__(engine._Judge)
+    judge.cfg = ChaosConfig()
+    judge.run = SimpleNamespace(cfg=judge.cfg,
+                                kills=[(100, 1), (200, 2), (300, 3), (400, 4)])
+    judge.died_in_claim = 1
+    judge.events = [{"t": 50, "pid": 2, "ev": "start"},
+                    {"t": 150, "pid": 3, "ev": "start"},
+                    {"t": 250, "pid": 3, "ev": "claim", "job": "x"},
+                    {"t": 350, "pid": 4, "ev": "idle"},
+                    {"t": 500, "pid": 1, "ev": "start"}]   # a log after the kill
+    # pid 1 had not started, pid 3 held a job; pids 2 and 4 were between jobs
+    assert judge._unlogged_claims() == 1 + 2
 
 
 def test_queue_that_never_hands_out_a_job_earns_no_chaos_point(tmp_path,
@@ -109,7 +129,7 @@ def test_threads_left_are_counted_from_outside_the_host(tmp_path, redis_url, hid
     env = queue_runs.learner_env(str(path), redis_url, heartbeats.IMPORTS)
     q = remote_module.load(str(path), json.loads(env[remote_module.ENV]))
     try:
-        stops = heartbeat_trial._remote_stops(q, connect(redis_url))
+        stops = heartbeat_trial._stops(q, connect(redis_url))
     finally:
         q.close()
         sandbox.cleanup(tmp_path)

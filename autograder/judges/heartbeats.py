@@ -166,7 +166,8 @@ def _trial_outcomes(data: dict) -> list:
             "queue.extend once more and return False if it says no: return True "
             "only if the work finished and the lease is still yours.",
             "returns False (the last extend, after the work, said no)",
-            f"returned {fc['held']!r}; extend called {fc['extends_during']} "
+            f"returned {fc['held']!r} (run {fc.get('run', 1)} of "
+            f"{fc.get('runs', 1)}); extend called {fc['extends_during']} "
             f"time(s) while the work ran and {fc['extends_after']} after"))
     else:
         out.append(outcome(c, True))

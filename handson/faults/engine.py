@@ -1105,7 +1105,10 @@ class _Judge:
         and every attempt starts with a claim in a worker's log. The one claim
         no log shows is one its worker died inside (a crash point in claim(),
         or an engine kill while its log showed no job held); as many jobs as
-        max_attempts such deaths could bury are excused.
+        max_attempts such deaths could bury are excused. A worker killed before
+        its first line never reached its loop and claimed nothing (on a loaded
+        machine most kills land on workers still starting, and counting them
+        once excused all 30 jobs dead_hides_lost dropped).
         """
         claimed = {job for job, evs in self.by_job.items()
                    if any(e["ev"] == "claim" for e in evs)}
@@ -1115,7 +1118,8 @@ class _Judge:
 
     def _unlogged_claims(self) -> int:
         """Deaths that may have cut a claim short before its worker logged it:
-        inside claim(), or killed when its log last showed it between jobs."""
+        inside claim(), or killed when its log last showed it between jobs
+        (its "start" line is written unbuffered before its first claim)."""
         logs: dict[int, list[tuple[int, str]]] = defaultdict(list)
         for e in self.events:
             logs[e["pid"]].append((e["t"], e["ev"]))
@@ -1124,7 +1128,7 @@ class _Judge:
         between = 0
         for t, pid in self.run.kills:
             before = [ev for te, ev in logs.get(pid, []) if te <= t]
-            between += not before or before[-1] in ends
+            between += bool(before) and before[-1] in ends
         return self.died_in_claim + between
 
     def lost(self) -> list[str]:

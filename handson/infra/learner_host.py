@@ -109,28 +109,36 @@ class _RefusingQueue:
         return self.notes["calls"] <= self.grant
 
 
+TICK_S = 0.01
+
+
 def _timed_work(notes: dict, seconds: float):
-    """Stand-in work(stop): runs `seconds` unless stop is set; notes when it was."""
+    """Stand-in work(stop): `seconds` of naps unless stop is set; notes when it
+    was. Counted in naps, not by the clock, so a worker frozen with SIGSTOP has
+    as much work left when it wakes as when it froze, however long it slept."""
     notes["stopped_at"] = None
 
     def work(stop) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        for _ in range(max(1, round(seconds / TICK_S))):
             if stop.is_set():
                 notes["stopped_at"] = time.monotonic()
                 return
-            time.sleep(0.01)
+            time.sleep(TICK_S)
     return work
 
 
 _SHARED: dict[str, dict] = {}
 
 
+def _pair(token: str) -> dict:
+    return _SHARED.setdefault(token, {"done": False, "beat": threading.Event()})
+
+
 class _LostAtTheEnd:
     """Stand-in queue: extend says yes while the paired work runs, no after."""
 
     def __init__(self, notes: dict, token: str):
-        self.notes, self.state = notes, _SHARED.setdefault(token, {"done": False})
+        self.notes, self.state = notes, _pair(token)
         notes.update(during=0, after=0)
 
     def extend(self, r, job_id, attempt, lease_s) -> bool:
@@ -138,15 +146,20 @@ class _LostAtTheEnd:
             self.notes["after"] += 1
             return False
         self.notes["during"] += 1
+        self.state["beat"].set()
         return True
 
 
 def _work_then_lose(notes: dict, token: str, seconds: float):
-    """Stand-in work(stop): runs `seconds`, then the paired queue's lease is gone."""
-    state = _SHARED.setdefault(token, {"done": False})
+    """Stand-in work(stop): ends just after the paired queue granted a heartbeat
+    (or after `seconds` without one), and that lease is gone as it ends. The
+    next heartbeat is then a whole interval away, so only a check made after
+    the work returns can see the loss; a beat landing in between would hide a
+    missing check."""
+    state = _pair(token)
 
     def work(stop) -> None:
-        time.sleep(seconds)
+        state["beat"].wait(seconds)
         state["done"] = True
     return work
 
@@ -261,6 +274,13 @@ def _redis(url: str, decode: bool = False):
     return _CLIENTS[key]
 
 
+def standin(kind: str, **params):
+    """A stand-in made in this process, and the note it writes what it saw to:
+    the harness makes the same ones itself when the module runs in-process."""
+    note: dict = {"kind": kind}
+    return _STANDINS[kind](note, **params), note
+
+
 def decode(value, module=None, notes: list | None = None):
     """The value; {"__local__": ...} becomes a stand-in made here (see remote_module).
 
@@ -283,9 +303,9 @@ def decode(value, module=None, notes: list | None = None):
                 return _redis(spec["url"], spec.get("decode", False))
             if kind == "course_module":     # named by the caller, never the learner
                 return importlib.import_module(spec["name"])
-            note: dict = {"kind": kind}
+            made, note = standin(kind, **spec)
             notes.append(note)
-            return _STANDINS[kind](note, **spec)
+            return made
         if len(value) == 1:
             (key, inner), = value.items()
             if key == "__tuple__":
