@@ -65,7 +65,7 @@ def _pinned_hog(busy_s: float, idle_s: float) -> subprocess.Popen:
 
 WAITS = """
 import json, os, signal, subprocess, time
-from handson.infra.schedstat import Waits
+from handson.infra.schedstat import Waits, thread_ns
 os.sched_setaffinity(0, {0})
 with Waits() as waits:
     a = time.monotonic()
@@ -77,7 +77,8 @@ with Waits() as waits:
     c = time.monotonic()
     time.sleep(0.05)
 print(json.dumps({"spinning": waits.between(a, b), "stopped": waits.between(b, c),
-                  "stop_s": c - b, "counted": waits.counted}))
+                  "stop_s": c - b,
+                  "counted": thread_ns(os.getpid()) is not None}))
 """
 
 

@@ -74,7 +74,6 @@ class Waits:
         self.tick, self.rescan = tick, rescan
         self.times: list[float] = []
         self.waited: list[float] = []
-        self.counted = thread_ns(os.getpid()) is not None
         self.pids = [os.getpid()]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
