@@ -212,13 +212,14 @@ def test_gradebook_equals_grading_one_by_one(graded_class):
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(alone, [(s, subs[s]) for s in sorted(ALONE)]))
     # Only the checks that differ, with what grading alone said of them.
-    mismatched = [(s, a, name, book[s, a].get(name), got)
+    mismatched = [f"{s} {a} {name}: class {book[s, a].get(name)}, alone {points}: "
+                  f"{got.get('message', '')} | got: {got.get('got', '')}"
                   for s, a, checks in results
                   for name, (points, got) in checks.items()
                   if book[s, a].get(name) != points]
-    mismatched += [(s, a, "checks", sorted(book[s, a]), sorted(checks))
+    mismatched += [f"{s} {a}: class checks {sorted(book[s, a])}, alone {sorted(checks)}"
                    for s, a, checks in results if set(book[s, a]) != set(checks)]
-    assert not mismatched, mismatched[:3]
+    assert not mismatched, "\n".join(mismatched)
 
 
 def test_an_attack_through_redis_changes_no_classmate(graded_class):

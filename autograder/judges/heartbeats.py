@@ -9,7 +9,7 @@ reference queue (`handson.q`) re-exported, plus the learner's
 It is graded by the lab's contract checks on extend (a zombie's extend is
 refused, a late heartbeat never resurrects a reaped lease, a heartbeat keeps a
 lease for ten leases) and by `autograder.judges.heartbeat_trial`: real worker
-processes running 1 s jobs on 0.2 s leases, and one frozen with SIGSTOP.
+processes running 3 s jobs on 0.6 s leases, and one frozen with SIGSTOP.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from autograder.judges.checks import (
     not_run,
     outcome,
 )
-from autograder.judges.heartbeat_trial import LEASE_S, WORK_S
+from autograder.judges.heartbeat_trial import LEASE_S, LONG_LEASE_S, WORK_S
 
 NAME = "heartbeats"
 MODULE_FILE = "heartbeat.py"
@@ -48,7 +48,8 @@ TRIAL_CHECKS = [
     Check("stops_when_lease_lost", 2,
           "when extend says no, the work is told to stop and the job is abandoned"),
     Check("long_jobs_run_once", 3,
-          f"{WORK_S:g} s jobs on a {LEASE_S:g} s lease: never reaped, never run twice"),
+          f"{WORK_S:g} s jobs on a {LONG_LEASE_S:g} s lease: never reaped, never run "
+          "twice"),
     Check("frozen_worker_refused", 3,
           "a worker frozen past its lease stops on waking; its ack is refused; "
           "one effect"),
@@ -56,7 +57,7 @@ TRIAL_CHECKS = [
           "the lease is checked once more after the work returns"),
 ]
 CHECKS = CONTRACT_CHECKS + TRIAL_CHECKS
-TRIAL_TIMEOUT_S = 180
+TRIAL_TIMEOUT_S = 240
 
 
 def _trial_outcomes(data: dict) -> list:
@@ -110,7 +111,7 @@ def _trial_outcomes(data: dict) -> list:
                          f"{[a for jj, a in lj['claims'] if jj == j]}" for j in twice]
             out.append(outcome(
                 c, False, "with a heartbeat every lease_s / 3 a lease of "
-                f"{LEASE_S:g} s must survive {WORK_S:g} s of work: "
+                f"{LONG_LEASE_S:g} s must survive {WORK_S:g} s of work: "
                 + ("; ".join(lj["errors"][:2]) + "; " if lj["errors"] else "")
                 + "check that extend pushes the deadline to the server's now + "
                 "lease_s and that the heartbeat thread starts before the work.",
