@@ -121,3 +121,18 @@ def test_the_report_says_how_much_the_clock_gained_only_when_it_did():
                              dict(stats, server_clock_gained_ms=ms), "cmd").text()
     assert "clock gained 704 ms on the workers'" in text(703.9)
     assert "clock gained" not in text(4.8)
+
+
+def test_the_notebook_states_the_lease_and_jobs_the_trial_runs():
+    """What the heartbeats notebook tells the learner the grader runs is read
+    from the trial's constants: change one, and this says the text is stale."""
+    import json
+
+    from autograder.judges import heartbeat_trial as ht
+    from autograder.notebooks import notebook
+
+    for folder in (notebook.SOURCE_DIR, notebook.RELEASE_DIR):
+        nb = json.loads((folder / "heartbeats" / "heartbeats.ipynb").read_text())
+        text = " ".join("".join(c["source"]) for c in nb["cells"]).replace("\n", " ")
+        assert (f"jobs of {ht.WORK_S:g} s on a lease of {ht.LONG_LEASE_S:g} s"
+                in text), folder
