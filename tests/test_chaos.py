@@ -29,8 +29,9 @@ def _gone(pids: list[int]) -> list[int]:
     """The pids from `pids` that still run a worker (pids may have been reused)."""
     alive = []
     for pid in pids:
-        try:
+        try:   # a worker forked by the run's warm-start server is named, not argv'd
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            cmd += Path(f"/proc/{pid}/comm").read_bytes()
         except OSError:
             continue
         if b"handson.worker" in cmd:
@@ -344,8 +345,9 @@ def _running_under(directory: Path) -> list[str]:
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
-            try:
+            try:       # a forked worker: the server's command line, its own name
                 cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+                cmd += b" " + (proc / "comm").read_bytes().strip()
                 state = (proc / "stat").read_text().split()[2]
             except OSError:
                 continue

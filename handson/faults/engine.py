@@ -66,6 +66,7 @@ from pathlib import Path
 
 from handson import produce, redis_server, setup_db, verify
 from handson.faults.server_clock import REPORT_MS, ServerClock
+from handson.infra import warm_start
 from handson.infra.learner_module import SKEW_ENV
 from handson.queues.contract import ContractError, load_queue
 from handson.worker import CLAIMS
@@ -426,7 +427,8 @@ class _Run:
         self.reaper_pauses_buried = 0               # ... on jobs bound for the DLQ
         # (t_ns stopped, pid, jobs it had read, t_ns resumed, one claimed again)
         self.reaper_pauses: list[tuple[int, int, list[str], int, bool]] = []
-        self.started: list[subprocess.Popen] = []
+        self.started: list[subprocess.Popen | warm_start.WarmProcess] = []
+        self.starter: warm_start.Starter | None = None    # forks the workers
         self.kills: list[tuple[int, int]] = []       # (t_ns, pid)
         self.pauses: list[tuple[int, int, float]] = []  # (t_ns, pid, seconds)
         self.paused: dict[int, float] = {}           # slot -> resume at
@@ -460,15 +462,19 @@ class _Run:
         if chaos and cfg.crashing and points:
             env.update(CRASH_POINT=",".join(points), CRASH_P=str(cfg.crash_p),
                        CRASH_SEED=str(self.crash_rng.randrange(2**31)))
-        cmd = [sys.executable, "-m", "handson.worker", "--queue", self.queue_spec,
-               "--db", str(self.db), "--events", str(self.events_dir),
-               "--lease", str(cfg.lease_s), "--max-attempts", str(cfg.max_attempts)]
-        cmd += args
-        with open(self.log_path, "ab") as log:
-            p = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=log, start_new_session=True,
-                                 preexec_fn=functools.partial(
-                                     redis_server.die_with_parent, os.getpid()))
+        args = ["--queue", self.queue_spec, "--db", str(self.db), "--events",
+                str(self.events_dir), "--lease", str(cfg.lease_s), "--max-attempts",
+                str(cfg.max_attempts), *args]
+        if self.starter is None:
+            self.starter = warm_start.Starter(str(self.dir))
+        p = self.starter.start("handson.worker", args, env, str(self.log_path))
+        if p is None:           # its server is gone: a fresh interpreter, slower
+            with open(self.log_path, "ab") as log:
+                p = subprocess.Popen([sys.executable, "-m", "handson.worker", *args],
+                                     env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=log, start_new_session=True,
+                                     preexec_fn=functools.partial(
+                                         redis_server.die_with_parent, os.getpid()))
         self.started.append(p)
         return p
 
@@ -706,6 +712,9 @@ class _Run:
             self._signal(p, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
+        if self.starter is not None:
+            self.starter.close()
+            self.starter = None
 
     def _log_tail(self, n: int = 1500) -> str:
         with contextlib.suppress(OSError):
