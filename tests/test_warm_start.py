@@ -60,6 +60,10 @@ def test_sigkill_reads_as_popen_and_a_closed_server_leaves_nothing(starter, tmp_
     os.killpg(p.pid, signal.SIGKILL)
     assert p.wait(timeout=30) == -signal.SIGKILL
     left = _start(starter, tmp_path, "sleep")
+    deadline = time.monotonic() + 30     # named before it runs the module
+    while (tmp_path / "log").read_text().count("argv ['sleep']") < 2:
+        assert time.monotonic() < deadline, (tmp_path / "log").read_text()
+        time.sleep(0.05)
     assert open(f"/proc/{left.pid}/comm").read().strip() == "eo_probe"
     starter.close()
     assert left.wait(timeout=30) == -signal.SIGKILL

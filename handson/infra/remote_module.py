@@ -116,7 +116,7 @@ def _kind(name: str) -> type:
     return _KINDS[name]
 
 
-class _Spawner:
+class Spawner:
     """One long-lived thread per process starts the hosts (PDEATHSIG follows it)."""
 
     pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -175,7 +175,7 @@ class _Host:
         env = {k: v for k, v in os.environ.items() if k not in (ENV, SKEW_ENV)}
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = ROOT + (os.pathsep + path if path else "")
-        self.proc = _Spawner.popen([*prefix, sys.executable, HOST, spec],
+        self.proc = Spawner.popen([*prefix, sys.executable, HOST, spec],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    env=env, text=True, bufsize=1, cwd=cwd)
         self.write_lock = threading.Lock()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import fcntl
 import functools
 import importlib
 import json
@@ -33,6 +34,7 @@ import queue
 import runpy
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -57,8 +59,10 @@ def _exit_code(err: SystemExit) -> int:
     return 1
 
 
-def _child(req: dict, server: int) -> None:
-    """Become `python -m MODULE ARGS` with req's environment and log; never returns."""
+def _child(req: dict, fds: list[int], server: int) -> None:
+    """Become `python -m MODULE ARGS` with req's environment, directory and
+    files (req["fds"]: where each passed fd goes; 0, 1, 2 default to /dev/null
+    and the log); never returns."""
     code = 1
     try:
         os.setsid()
@@ -66,15 +70,25 @@ def _child(req: dict, server: int) -> None:
         _name(req["module"])
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        null = os.open(os.devnull, os.O_RDONLY)
-        log = (os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-               if req.get("log") else os.open(os.devnull, os.O_WRONLY))
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.closerange(3, 1 << 16)
+        log = req.get("log") or os.devnull
+        want = {0: os.open(os.devnull, os.O_RDONLY),
+                1: os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)}
+        want[2] = want[1]
+        want.update(zip(req.get("fds", []), fds, strict=True))
+        high = {t: fcntl.fcntl(fd, fcntl.F_DUPFD, 1 << 10) for t, fd in want.items()}
+        for target, fd in high.items():
+            os.dup2(fd, target)
+        os.closerange(max(3, max(high) + 1), 1 << 16)
+        for fd in range(3, max(high) + 1):
+            if fd not in high:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        os.chdir(req.get("cwd") or ".")
         os.environ.clear()
         os.environ.update(req["env"])
+        extra = [d for d in req["env"].get("PYTHONPATH", "").split(os.pathsep)
+                 if d and d not in sys.path]
+        sys.path[:1] = [os.getcwd(), *extra]        # as `python -m` sets it
         sys.argv = [req["module"], *req["args"]]
         code = 0
         runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
@@ -112,7 +126,7 @@ def serve() -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     children: set[int] = set()
-    buf = b""
+    inbox = socket.socket(fileno=0)           # SOCK_SEQPACKET: one request each
     open_ = True
     while open_:
         ready, _, _ = select.select([0, wake_r], [], [])
@@ -120,15 +134,15 @@ def serve() -> int:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 4096)
         if 0 in ready:
-            chunk = os.read(0, 1 << 16)
-            open_ = bool(chunk)
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                req = json.loads(line)
+            data, fds, _, _ = socket.recv_fds(inbox, 1 << 20, 64)
+            open_ = bool(data)
+            if data:
+                req = json.loads(data)
                 pid = os.fork()
                 if pid == 0:
-                    _child(req, os.getppid())
+                    _child(req, fds, os.getppid())
+                for fd in fds:
+                    os.close(fd)
                 children.add(pid)
                 _write({"pid": pid, "args": [sys.executable, "-m", req["module"],
                                              *req["args"]]})
@@ -161,17 +175,20 @@ def _reap(children: set[int], block: bool = False) -> None:
 class Starter:
     """One server for a run: `start()` gives a process handle like Popen's."""
 
-    def __init__(self, label: str = ""):
+    def __init__(self, label: str = "", popen=subprocess.Popen):
+        """`popen`: what starts the server (one that starts it on a thread that
+        lives as long as the process, when the caller's thread may not)."""
         self.lock = threading.Lock()
         self.replies: queue.SimpleQueue = queue.SimpleQueue()
-        self.exits: dict[int, int] = {}
         self.changed = threading.Condition()
         self.gone = False
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "handson.infra.warm_start", *([label] if label
-                                                                  else [])],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            preexec_fn=functools.partial(redis_server.die_with_parent, os.getpid()))
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self.proc = popen(
+                [sys.executable, "-m", "handson.infra.warm_start",
+                 *([label] if label else [])], stdin=theirs.fileno(),
+                stdout=subprocess.PIPE, preexec_fn=functools.partial(
+                    redis_server.die_with_parent, os.getpid()))
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -192,24 +209,27 @@ class Starter:
             self.changed.notify_all()
         self.replies.put(None)
 
-    def start(self, module: str, args: list[str], env: dict,
-              log: str | None) -> WarmProcess | None:
-        """A forked `python -m module args`, or None if the server is gone."""
-        req = {"module": module, "args": args, "env": env, "log": log}
+    def start(self, module: str, args: list[str], env: dict, log: str | None,
+              fds: dict[int, int] | None = None) -> WarmProcess | None:
+        """A forked `python -m module args` in this directory, or None if the
+        server is gone. `fds`: {fd in the child: fd of ours} (pass_fds, or a
+        pipe for its stdout); the rest of 0, 1, 2 are /dev/null and `log`."""
+        fds = fds or {}
+        req = {"module": module, "args": args, "env": env, "log": log,
+               "cwd": os.getcwd(), "fds": list(fds)}
         with self.lock:
             if self.gone:
                 return None
             try:
-                self.proc.stdin.write((json.dumps(req) + "\n").encode())
-                self.proc.stdin.flush()
+                socket.send_fds(self.sock, [json.dumps(req).encode()],
+                                list(fds.values()))
                 return self.replies.get(timeout=START_TIMEOUT_S)
             except (OSError, ValueError, queue.Empty):
                 return None
 
     def close(self) -> None:
         """Kill whatever is still running of what it started, then end it."""
-        with contextlib.suppress(OSError, ValueError):
-            self.proc.stdin.close()
+        self.sock.close()
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:

@@ -14,7 +14,10 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
+
+from handson.infra import remote_module, warm_start
 
 
 class WorkerError(RuntimeError):
@@ -27,10 +30,10 @@ class Worker:
     def __init__(self, module: str, args: list[str], pass_fds: tuple[int, ...] = (),
                  env: dict | None = None):
         self.args = [sys.executable, "-m", module, *args]
-        self.proc = subprocess.Popen(
+        env = {**os.environ, **(env or {})}
+        self.proc = _forked(module, args, pass_fds, env) or subprocess.Popen(
             self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            pass_fds=pass_fds, start_new_session=True,
-            env={**os.environ, **(env or {})})
+            pass_fds=pass_fds, start_new_session=True, env=env)
         self.lines: list[str] = []
         self._buf = b""
 
@@ -103,6 +106,34 @@ class Worker:
             self.kill()
         for stream in (self.proc.stdout, self.proc.stderr):
             stream.close()
+
+
+_WARM: dict = {"pid": 0, "starter": None}
+_WARM_LOCK = threading.Lock()
+
+
+def _forked(module: str, args: list[str], pass_fds: tuple[int, ...], env: dict):
+    """The worker forked from this process's warm-start server, with its stdout
+    and stderr on pipes; None if that server cannot start it (then Popen)."""
+    with _WARM_LOCK:
+        s = _WARM["starter"]
+        if _WARM["pid"] != os.getpid() or s is None or s.gone:
+            s = warm_start.Starter(popen=remote_module.Spawner.popen)
+            _WARM.update(pid=os.getpid(), starter=s)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        p = s.start(module, args, env, None,
+                    {1: out_w, 2: err_w, **{fd: fd for fd in pass_fds}})
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    if p is None:
+        os.close(out_r)
+        os.close(err_r)
+        return None
+    p.stdout, p.stderr = os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb")
+    return p
 
 
 def run_or_kill(module: str, args: list[str], stop: str | None = None,
