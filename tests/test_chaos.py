@@ -372,7 +372,7 @@ def test_nothing_outlives_an_interrupted_or_killed_chaos_run(sig, tmp_path):
         assert any("handson.worker" in c for c in _running_under(tmp_path))
         assert any("redis-server" in c for c in _running_under(tmp_path))
         cli.send_signal(sig)
-        cli.wait(timeout=90)           # a loaded suite has taken over 30 s
+        cli.wait(timeout=180)          # a loaded suite has taken over 90 s
         deadline = time.monotonic() + 10
         while _running_under(tmp_path) and time.monotonic() < deadline:
             time.sleep(0.1)

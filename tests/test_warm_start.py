@@ -14,6 +14,7 @@ import time
 import pytest
 
 from handson.infra import warm_start
+from handson.infra.worker_process import Worker, open_gate
 
 SCRIPT = """import os, sys
 print("argv", sys.argv[1:], "env", os.environ.get("EO_TEST"), "sid",
@@ -77,3 +78,30 @@ def test_a_killed_server_takes_its_workers_with_it(starter, tmp_path):
     while warm_start._alive(p.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert p.wait(timeout=30) == -signal.SIGKILL
+
+
+GATED = """import json, sys
+from handson.infra.worker_process import wait_gate
+wait_gate(int(sys.argv[1]), 30)
+print(json.dumps({"gated": True}), flush=True)
+"""
+
+
+def test_a_forked_worker_gets_its_pipes_and_its_gate(tmp_path, monkeypatch):
+    """worker_process.Worker: stdout and stderr on pipes, the gate's fd passed
+    at the same number, as Popen's pass_fds does."""
+    (tmp_path / "eo_gated.py").write_text(GATED)
+    monkeypatch.chdir(tmp_path)
+    read_fd, write_fd = os.pipe()
+    w = Worker("eo_gated", [str(read_fd)], pass_fds=(read_fd,),
+               env={"PYTHONPATH": str(tmp_path)})
+    try:
+        assert isinstance(w.proc, warm_start.WarmProcess)
+        w.expect("ready", 30)
+        open_gate(write_fd, 1)
+        assert w.result(30) == {"gated": True}
+        assert w.proc.returncode == 0
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+        w.close()

@@ -22,7 +22,6 @@ started.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import fcntl
@@ -59,11 +58,10 @@ def _exit_code(err: SystemExit) -> int:
     return 1
 
 
-def _child(req: dict, fds: list[int], server: int) -> None:
-    """Become `python -m MODULE ARGS` with req's environment, directory and
-    files (req["fds"]: where each passed fd goes; 0, 1, 2 default to /dev/null
-    and the log); never returns."""
-    code = 1
+def _child(req: dict, fds: list[int], server: int) -> int:
+    """Run `python -m MODULE ARGS` with req's environment, directory and files
+    (req["fds"]: where each passed fd goes; 0, 1, 2 default to /dev/null and
+    the log); its exit code. The caller then exits as the interpreter does."""
     try:
         os.setsid()
         redis_server.die_with_parent(server)
@@ -75,14 +73,15 @@ def _child(req: dict, fds: list[int], server: int) -> None:
                 1: os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)}
         want[2] = want[1]
         want.update(zip(req.get("fds", []), fds, strict=True))
-        high = {t: fcntl.fcntl(fd, fcntl.F_DUPFD, 1 << 10) for t, fd in want.items()}
+        top = max(want) + 1            # copies above every target: none clobbered
+        high = {t: fcntl.fcntl(fd, fcntl.F_DUPFD, top) for t, fd in want.items()}
         for target, fd in high.items():
             os.dup2(fd, target)
-        os.closerange(max(3, max(high) + 1), 1 << 16)
-        for fd in range(3, max(high) + 1):
+        for fd in range(3, top):
             if fd not in high:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+        os.closerange(top, 1 << 16)
         os.chdir(req.get("cwd") or ".")
         os.environ.clear()
         os.environ.update(req["env"])
@@ -90,20 +89,13 @@ def _child(req: dict, fds: list[int], server: int) -> None:
                  if d and d not in sys.path]
         sys.path[:1] = [os.getcwd(), *extra]        # as `python -m` sets it
         sys.argv = [req["module"], *req["args"]]
-        code = 0
         runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
     except SystemExit as err:
-        code = _exit_code(err)
+        return _exit_code(err)
     except BaseException:
         traceback.print_exc()
-        code = 1
-    try:        # what the interpreter does at exit: threads, atexit, buffers
-        threading._shutdown()
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
+        return 1
+    return 0
 
 
 def _name(module: str) -> None:
@@ -140,7 +132,8 @@ def serve() -> int:
                 req = json.loads(data)
                 pid = os.fork()
                 if pid == 0:
-                    _child(req, fds, os.getppid())
+                    # the interpreter's own exit: threads, atexit, buffers
+                    raise SystemExit(_child(req, fds, os.getppid()))
                 for fd in fds:
                     os.close(fd)
                 children.add(pid)
@@ -150,6 +143,8 @@ def serve() -> int:
     for pid in children:         # the run is over: nothing it started outlives it
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):     # not yet in its session
+            os.kill(pid, signal.SIGKILL)
     while children:
         _reap(children, block=True)
     return 0
