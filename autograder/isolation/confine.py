@@ -64,6 +64,7 @@ MNT_DETACH = 2
 _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER = 1, 24, 36
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, _CAP_VERSION_3 = 47, 4, 0x20080522
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 DEVICES = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"]
 SYSTEM_READ = ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc"]
@@ -391,7 +392,8 @@ def _drop_capabilities() -> None:
 
 
 def become_learner(opts, cmd: list[str], mode: str, report_fd: int) -> None:
-    """The last trusted steps in the learner's process; then exec (never returns)."""
+    """The last trusted steps in the learner's process; then exec, or run the
+    script here with --no-exec (never returns)."""
     try:
         if not opts.keep_group:
             os.setsid()
@@ -428,11 +430,40 @@ def become_learner(opts, cmd: list[str], mode: str, report_fd: int) -> None:
             env["DATABASE_URL"] = env["PGQ_URL"] = opts.pg_url
         env.update(kv.split("=", 1) for kv in opts.env)
         env.update((k, os.environ[k]) for k in opts.passenv if k in os.environ)
-        os.execvpe(cmd[0], cmd, env)
+        if opts.no_exec and _this_python(cmd):
+            _drop_effective_capabilities(mode)
+            run_script = _warm_runner()
+        else:
+            os.execvpe(cmd[0], cmd, env)
     except BaseException as err:          # noqa: BLE001 - report, never run unconfined
         with contextlib.suppress(OSError):
             os.write(2, f"sandbox: could not start {cmd[:1]}: {err}\n".encode())
         os._exit(126)
+    run_script(cmd[1:], env)                # the learner's code: never returns
+
+
+def _this_python(cmd: list[str]) -> bool:
+    """`cmd` is this interpreter running a script file (not -m, -c or a flag)."""
+    return (len(cmd) >= 2 and not cmd[1].startswith("-")
+            and os.path.realpath(cmd[0]) == os.path.realpath(sys.executable))
+
+
+def _warm_runner():
+    from handson.infra import warm_start  # preloaded where --no-exec is used
+    return warm_start.run_script
+
+
+def _drop_effective_capabilities(mode: str) -> None:
+    """What exec does for root once the bounding set is empty: no capability
+    left, permitted, effective or inheritable (a fork keeps them all)."""
+    if mode != "root":
+        return                  # a user namespace's root keeps them, as on exec
+    libc = _libc()
+    header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _check(libc.capset(header, data), "capset")
+    _check(libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0),
+           "clear ambient capabilities")
 
 
 def summarize(protections: dict) -> str:
@@ -523,6 +554,10 @@ def parser() -> argparse.ArgumentParser:
                    help="stay in the caller's process group, so that stopping or "
                    "killing the caller's group stops or kills the learner too")
     p.add_argument("--status")
+    p.add_argument("--no-exec", action="store_true",
+                   help="the launcher is a fork of a warm-start server: run a "
+                   "Python script CMD in the confined process, not a fresh "
+                   "interpreter (the same steps, then what exec would reset)")
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     return p
 

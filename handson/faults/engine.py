@@ -66,7 +66,7 @@ from pathlib import Path
 
 from handson import produce, redis_server, setup_db, verify
 from handson.faults.server_clock import REPORT_MS, ServerClock
-from handson.infra import warm_start
+from handson.infra import remote_module, warm_start
 from handson.infra.learner_module import SKEW_ENV
 from handson.queues.contract import ContractError, load_queue
 from handson.worker import CLAIMS
@@ -86,6 +86,7 @@ INVARIANTS = {
                         "lease still ran, or after its ack",
 }
 WITNESSES = 3          # histories shown per broken invariant
+HOSTS_FD = 3           # a worker's connection to the run's server of hosts
 TICK_S = 0.02          # supervisor loop period
 FAST_TICK_S = 0.003    # ... while a constructed fault waits for a claim
 CHECK_S = 0.25         # how often the done count is read
@@ -467,7 +468,16 @@ class _Run:
                 str(cfg.max_attempts), *args]
         if self.starter is None:
             self.starter = warm_start.Starter(str(self.dir))
-        p = self.starter.start("handson.worker", args, env, str(self.log_path))
+        # the worker's queue host comes from the run's server of hosts, into the
+        # worker's process group: both servers are in our session, so is it
+        hosts = remote_module.share_host_server(env, HOSTS_FD)
+        try:
+            p = self.starter.start("handson.worker", args, env, str(self.log_path),
+                                   {} if hosts is None else {HOSTS_FD: hosts},
+                                   pgid=0)
+        finally:
+            if hosts is not None:
+                os.close(hosts)
         if p is None:           # its server is gone: a fresh interpreter, slower
             with open(self.log_path, "ab") as log:
                 p = subprocess.Popen([sys.executable, "-m", "handson.worker", *args],

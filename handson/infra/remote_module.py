@@ -34,12 +34,13 @@ import inspect
 import json
 import os
 import queue
+import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from handson.infra import learner_host, learner_module
+from handson.infra import learner_host, learner_module, warm_start
 from handson.infra.learner_module import SKEW_ENV, ModuleProblem
 from handson.redis_server import learner_url
 
@@ -130,6 +131,131 @@ class Spawner:
         return cls.pool.submit(subprocess.Popen, *args, **kwargs).result()
 
 
+CONFINE = "autograder.isolation.confine"
+# What a confined host's launcher and the host itself import: trusted modules,
+# imported once by the run's warm-start server of hosts.
+# (The launcher itself runs as __main__, so its own imports are listed.)
+HOST_PRELOAD = ("autograder.isolation.landlock", "handson.infra.warm_start",
+                "handson.infra.learner_host", "tempfile", "shutil", "urllib.parse")
+SERVER_ENV = "EO_HOST_SERVER"       # {"fd", "workdir"}: a connection passed to us
+_HOSTS: dict[str, tuple[int, warm_start.Starter]] = {}   # work dir -> (pid, it)
+_HOSTS_LOCK = [threading.Lock()]
+os.register_at_fork(after_in_child=lambda: _HOSTS_LOCK.__setitem__(
+    0, threading.Lock()))
+
+
+def _start_host(prefix: list[str], cmd: list[str], env: dict, cwd: str | None):
+    """The host process: a fork of the run's warm-start server of hosts, whose
+    launcher runs the host script in the confined process (the 0.4 s of CPU a
+    fresh interpreter spent importing redis-py is spent once per run); or
+    Popen, for a prefix that is not the sandbox's or a server that cannot."""
+    workdir = _confined_workdir(prefix)
+    if workdir is not None:
+        proc = _forked_host(workdir, prefix, cmd, env, cwd)
+        if proc is not None:
+            return proc
+    return Spawner.popen([*prefix, *cmd], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
+                         cwd=cwd)
+
+
+def _confined_workdir(prefix: list[str]) -> str | None:
+    if prefix[1:3] != ["-m", CONFINE] or prefix[-1:] != ["--"]:
+        return None
+    try:
+        return prefix[prefix.index("--workdir") + 1]
+    except (ValueError, IndexError):
+        return None
+
+
+def _launcher_env(prefix: list[str], env: dict) -> dict:
+    """Only what the launcher reads of its environment: a confined host's
+    memory is a copy of the server's, so nothing else of ours goes there."""
+    keep = {"PATH", "LANG"} | {b for a, b in zip(prefix, prefix[1:], strict=False)
+                               if a == "--pass"}
+    return {k: v for k, v in env.items() if k in keep}
+
+
+def _host_server(workdir: str, prefix: list[str], env: dict) -> warm_start.Starter:
+    """This process's connection to the run's server of hosts: one we started,
+    a new one over our parent's (we are its fork), the one passed to us, or a
+    server of our own."""
+    with _HOSTS_LOCK[0]:
+        pid, s = _HOSTS.get(workdir, (0, None))
+        if s is not None and pid == os.getpid() and not s.gone:
+            return s
+        fd = s.client_fd() if s is not None and pid != os.getpid() else None
+        if fd is None and s is None:
+            fd = _passed_fd(workdir)
+        if fd is not None:
+            s = warm_start.Starter.attach(fd)
+        else:
+            for key, (owner, old) in list(_HOSTS.items()):
+                if owner == os.getpid() and not old.live:    # a run that is over
+                    old.close()
+                    del _HOSTS[key]
+            s = warm_start.Starter(workdir, popen=Spawner.popen,
+                                   env=_launcher_env(prefix, env),
+                                   preload=HOST_PRELOAD)
+        _HOSTS[workdir] = (os.getpid(), s)
+        return s
+
+
+def _passed_fd(workdir: str) -> int | None:
+    """The connection `share_host_server` passed us, once, if it is for this run."""
+    raw = os.environ.pop(SERVER_ENV, None)
+    try:
+        passed = json.loads(raw or "{}")
+        fd = int(passed["fd"])
+        sock = socket.socket(fileno=os.dup(fd))
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+    with sock:
+        ok = sock.family == socket.AF_UNIX and sock.type == socket.SOCK_SEQPACKET
+        if not ok or passed.get("workdir") != workdir:
+            return None
+    return fd
+
+
+def share_host_server(env: dict, fd: int) -> int | None:
+    """For a process we start with env `env` (whose learner prefix confines
+    hosts): a connection to our run's server of hosts, to pass it at `fd`
+    (close ours once it is started); env then tells it where. None if none."""
+    try:
+        prefix = json.loads(env.get(ENV) or "null")
+    except ValueError:
+        return None
+    workdir = _confined_workdir(prefix) if isinstance(prefix, list) else None
+    if workdir is None:
+        return None
+    ours = _host_server(workdir, prefix, env).client_fd()
+    if ours is not None:
+        env[SERVER_ENV] = json.dumps({"fd": fd, "workdir": workdir})
+    return ours
+
+
+def share_hosts() -> None:
+    """Start the run's server of hosts now (EO_LEARNER_PREFIX confines them),
+    so that every process forked from this one later shares it."""
+    prefix = prefix_from_env()
+    workdir = _confined_workdir(prefix) if prefix else None
+    if workdir is not None:
+        _host_server(workdir, prefix, dict(os.environ))
+
+
+def _forked_host(workdir: str, prefix: list[str], cmd: list[str], env: dict,
+                 cwd: str | None):
+    server = _host_server(workdir, prefix, env)
+    proc = server.start_piped(CONFINE, [*prefix[3:-1], "--no-exec", "--", *cmd],
+                              _launcher_env(prefix, env), {0: "r", 1: "w"},
+                              {2: 2}, cwd=cwd, pgid=os.getpgrp())
+    if proc is None:
+        return None
+    proc.stdin = os.fdopen(proc.ends[0], "w", buffering=1)
+    proc.stdout = os.fdopen(proc.ends[1], "r")
+    return proc
+
+
 def os_threads(pid: int) -> int:
     """The threads of process `pid` (0 if it is gone), from the kernel's list:
     threading.enumerate() misses a thread made with _thread.start_new_thread."""
@@ -175,9 +301,7 @@ class _Host:
         env = {k: v for k, v in os.environ.items() if k not in (ENV, SKEW_ENV)}
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = ROOT + (os.pathsep + path if path else "")
-        self.proc = Spawner.popen([*prefix, sys.executable, HOST, spec],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   env=env, text=True, bufsize=1, cwd=cwd)
+        self.proc = _start_host(prefix, [sys.executable, HOST, spec], env, cwd)
         self.write_lock = threading.Lock()
         try:                # the host's settings, read before the module loads
             self._send({"host": {"parent": os.getpid(), "direct": not prefix,

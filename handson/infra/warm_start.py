@@ -7,21 +7,32 @@ a fork of it that runs its module as `python -m` would, with its own argv,
 environment, session and log. What the worker does is unchanged; only the
 imports it shares with every other worker are already done.
 
-    python -m handson.infra.warm_start [LABEL]   # the server: JSON lines on stdin
+    python -m handson.infra.warm_start [--preload M,...] [LABEL]   # the server
 
-(LABEL, e.g. the run's directory, only shows in `ps` whose server it is.)
+(LABEL, e.g. the run's directory, only shows in `ps` whose server it is;
+--preload: more trusted modules to import before the first fork.)
 
 Trusted code only: the server preloads the standard library and redis-py,
 never a learner's module (a worker loads that after the fork, as before, or
-through its sandboxed host). Each request {"module", "args", "env", "log"} is
-answered {"pid": n}; each child's end {"exit": pid, "code": c}, with c as
-`Popen.returncode` has it (-9 for SIGKILL). A child dies with the server, and
+through its sandboxed host). A run's server of confined hosts
+(`remote_module`) is one more such server, started with only what the
+launcher reads of the environment: its forks confine themselves, then run
+the host script in place (`confine --no-exec`, `run_script`), so what they
+could read of its memory holds nothing a learner may not have.
+
+Each request {"module", "args", "env", "log"} is answered {"pid": n}; a child leaves for a session of its own unless the
+request names a process group ("pgid": 0 for a group of its own in the
+server's session, or a caller's group, which a signal to it then reaches).
+Each child's end is
+answered {"exit": pid, "code": c}, with c as `Popen.returncode` has it (-9 for
+SIGKILL). A child dies with the server, and
 the server with the process that started it; closing its stdin kills what it
 started.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import fcntl
@@ -38,12 +49,17 @@ import subprocess
 import sys
 import threading
 import traceback
+import typing
 
 from handson import redis_server
 
 _PR_SET_NAME = 15
 PRELOAD = ("redis", "sqlite3", "argparse", "hashlib", "uuid")
 START_TIMEOUT_S = 30.0
+# the interpreter's own directories (stdlib, site-packages): sys.path without
+# the server's first entry and its PYTHONPATH, which each child sets anew
+BASE_PATH = [p for p in sys.path[1:]
+             if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
 
 
 # --- the server --------------------------------------------------------------------
@@ -63,7 +79,10 @@ def _child(req: dict, fds: list[int], server: int) -> int:
     (req["fds"]: where each passed fd goes; 0, 1, 2 default to /dev/null and
     the log); its exit code. The caller then exits as the interpreter does."""
     try:
-        os.setsid()
+        if req.get("pgid") is None:
+            os.setsid()
+        else:                               # 0: a group of its own
+            os.setpgid(0, req["pgid"])
         redis_server.die_with_parent(server)
         _name(req["module"])
         signal.set_wakeup_fd(-1)
@@ -83,11 +102,7 @@ def _child(req: dict, fds: list[int], server: int) -> int:
                     os.close(fd)
         os.closerange(top, 1 << 16)
         os.chdir(req.get("cwd") or ".")
-        os.environ.clear()
-        os.environ.update(req["env"])
-        extra = [d for d in req["env"].get("PYTHONPATH", "").split(os.pathsep)
-                 if d and d not in sys.path]
-        sys.path[:1] = [os.getcwd(), *extra]        # as `python -m` sets it
+        _environ(req["env"], os.getcwd())           # as `python -m` sets sys.path
         sys.argv = [req["module"], *req["args"]]
         runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
     except SystemExit as err:
@@ -98,6 +113,40 @@ def _child(req: dict, fds: list[int], server: int) -> int:
     return 0
 
 
+def _environ(env: dict, first: str) -> None:
+    """os.environ is `env`; sys.path is `first`, env's PYTHONPATH, then the
+    interpreter's own directories, as a fresh interpreter would have them."""
+    os.environ.clear()
+    os.environ.update(env)
+    extra = [d for d in env.get("PYTHONPATH", "").split(os.pathsep) if d]
+    sys.path[:] = [first, *extra, *(p for p in BASE_PATH if p not in extra)]
+
+
+def run_script(argv: list[str], env: dict) -> typing.NoReturn:
+    """`python SCRIPT ARGS` in this process, then its exit as the interpreter's
+    (threads joined, atexit, buffers): for a confined child of a fork of this
+    server, which need not exec a fresh interpreter to be what one would be."""
+    _name(os.path.basename(sys.executable))
+    _environ(env, os.path.dirname(os.path.abspath(argv[0])))
+    sys.argv = list(argv)
+    code = 0
+    try:
+        runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as err:
+        code = _exit_code(err)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    with contextlib.suppress(BaseException):
+        threading._shutdown()
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+    os._exit(code)
+
+
 def _name(module: str) -> None:
     """Show the module as the process's name (ps -o comm, /proc/PID/comm): its
     command line stays the server's."""
@@ -105,52 +154,89 @@ def _name(module: str) -> None:
     libc.prctl(_PR_SET_NAME, module.encode()[:15], 0, 0, 0)
 
 
-def _write(msg: dict) -> None:
-    os.write(1, (json.dumps(msg) + "\n").encode())
+def _send(conn: socket.socket, msg: dict) -> None:
+    with contextlib.suppress(OSError):          # a caller gone: nobody to tell
+        conn.send(json.dumps(msg).encode())
 
 
-def serve() -> int:
-    for name in PRELOAD:
+def _fork(req: dict, fds: list[int], conn: socket.socket,
+          children: dict[int, socket.socket]) -> None:
+    pgid = req.get("pgid")
+    if pgid and _session(pgid) != os.getsid(0):
+        _send(conn, {"error": f"process group {pgid} is not in this server's "
+                              "session"})
+        return
+    pid = os.fork()
+    if pid == 0:
+        # the interpreter's own exit: threads, atexit, buffers
+        raise SystemExit(_child(req, fds, os.getppid()))
+    children[pid] = conn
+    _send(conn, {"pid": pid, "args": [sys.executable, "-m", req["module"],
+                                      *req["args"]]})
+
+
+def _session(pgid: int) -> int:
+    try:
+        return os.getsid(pgid)
+    except OSError:
+        return -1
+
+
+def _kill(pids) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)              # a group of its own
+        with contextlib.suppress(ProcessLookupError):   # in a caller's group
+            os.kill(pid, signal.SIGKILL)
+
+
+def serve(preload: tuple[str, ...] = ()) -> int:
+    """Requests on fd 0 and on each client connection passed over it
+    ({"client": true} with one fd); replies on the connection asked."""
+    for name in (*PRELOAD, *preload):
         importlib.import_module(name)
     wake_r, wake_w = os.pipe()
     for fd in (wake_r, wake_w):
         os.set_blocking(fd, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    children: set[int] = set()
-    inbox = socket.socket(fileno=0)           # SOCK_SEQPACKET: one request each
-    open_ = True
-    while open_:
-        ready, _, _ = select.select([0, wake_r], [], [])
+    children: dict[int, socket.socket] = {}     # pid -> the connection it is for
+    main = socket.socket(fileno=0)              # SOCK_SEQPACKET: one request each
+    conns = {0: main}
+    while 0 in conns:
+        ready, _, _ = select.select([*conns, wake_r], [], [])
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 4096)
-        if 0 in ready:
-            data, fds, _, _ = socket.recv_fds(inbox, 1 << 20, 64)
-            open_ = bool(data)
-            if data:
-                req = json.loads(data)
-                pid = os.fork()
-                if pid == 0:
-                    # the interpreter's own exit: threads, atexit, buffers
-                    raise SystemExit(_child(req, fds, os.getppid()))
-                for fd in fds:
-                    os.close(fd)
-                children.add(pid)
-                _write({"pid": pid, "args": [sys.executable, "-m", req["module"],
-                                             *req["args"]]})
+        for fd in ready:
+            if fd not in conns:
+                continue
+            conn = conns[fd]
+            try:
+                data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 64)
+            except OSError:
+                data, fds = b"", []
+            if not data:            # a caller gone: what it started goes too
+                _kill([pid for pid, c in children.items() if c is conn])
+                del conns[fd]
+                if fd:
+                    conn.close()
+                continue
+            req = json.loads(data)
+            if req.get("client") and len(fds) == 1:
+                conns[fds[0]] = socket.socket(fileno=fds[0])
+                continue
+            _fork(req, fds, conn, children)
+            for passed in fds:
+                os.close(passed)
         _reap(children)
-    for pid in children:         # the run is over: nothing it started outlives it
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):     # not yet in its session
-            os.kill(pid, signal.SIGKILL)
+    _kill(children)              # the run is over: nothing it started outlives it
     while children:
         _reap(children, block=True)
     return 0
 
 
-def _reap(children: set[int], block: bool = False) -> None:
+def _reap(children: dict[int, socket.socket], block: bool = False) -> None:
     while children:
         try:
             pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
@@ -159,8 +245,9 @@ def _reap(children: set[int], block: bool = False) -> None:
             return
         if pid == 0:
             return
-        children.discard(pid)
-        _write({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+        conn = children.pop(pid, None)
+        if conn is not None:
+            _send(conn, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
         if block:
             return
 
@@ -168,32 +255,73 @@ def _reap(children: set[int], block: bool = False) -> None:
 # --- the caller's side -------------------------------------------------------------
 
 class Starter:
-    """One server for a run: `start()` gives a process handle like Popen's."""
+    """One server for a run: `start()` gives a process handle like Popen's.
 
-    def __init__(self, label: str = "", popen=subprocess.Popen):
+    `client()` gives another connection to the same server, for a process
+    that did not start it (a forked child of ours, or one we pass the fd to):
+    what it starts is answered on that connection, and dies when it closes.
+    """
+
+    def __init__(self, label: str = "", popen=subprocess.Popen,
+                 env: dict | None = None, preload: tuple[str, ...] = (),
+                 sock: socket.socket | None = None):
         """`popen`: what starts the server (one that starts it on a thread that
-        lives as long as the process, when the caller's thread may not)."""
+        lives as long as the process, when the caller's thread may not);
+        `env`: the server's own environment (default: ours); `preload`: more
+        trusted modules it imports. `sock`: a client connection instead."""
         self.lock = threading.Lock()
         self.replies: queue.SimpleQueue = queue.SimpleQueue()
         self.changed = threading.Condition()
         self.gone = False
-        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with theirs:
-            self.proc = popen(
-                [sys.executable, "-m", "handson.infra.warm_start",
-                 *([label] if label else [])], stdin=theirs.fileno(),
-                stdout=subprocess.PIPE, preexec_fn=functools.partial(
-                    redis_server.die_with_parent, os.getpid()))
+        self.proc = None
+        self.owner = os.getpid()
+        self.live: dict[int, WarmProcess] = {}      # started, not yet ended
+        if sock is None:
+            self.sock, theirs = socket.socketpair(socket.AF_UNIX,
+                                                  socket.SOCK_SEQPACKET)
+            with theirs:
+                self.proc = popen(
+                    [sys.executable, "-m", "handson.infra.warm_start",
+                     *(["--preload", ",".join(preload)] if preload else []),
+                     *([label] if label else [])], stdin=theirs.fileno(), env=env,
+                    stdout=subprocess.DEVNULL, preexec_fn=functools.partial(
+                        redis_server.die_with_parent, os.getpid()))
+        else:
+            self.sock = sock
         threading.Thread(target=self._read, daemon=True).start()
+
+    @classmethod
+    def attach(cls, fd: int) -> Starter:
+        """A client on the connection `fd` (from `client_fd()`), now ours."""
+        return cls(sock=socket.socket(fileno=fd))
+
+    def client_fd(self) -> int | None:
+        """A new connection to the server, as an fd to pass or keep; None if
+        the server is gone. Safe in a forked child: it only sends."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            try:
+                socket.send_fds(self.sock, [b'{"client": true}'], [theirs.fileno()])
+            except OSError:
+                ours.close()
+                return None
+        return ours.detach()
 
     def _read(self) -> None:
         """Replies in the server's order: a pid's exit comes before its reuse."""
-        live: dict[int, WarmProcess] = {}
-        for line in self.proc.stdout:
-            msg = json.loads(line)
-            if "pid" in msg:
-                live[msg["pid"]] = WarmProcess(self, msg["pid"], msg["args"])
-                self.replies.put(live[msg["pid"]])
+        live = self.live
+        while True:
+            try:
+                data = self.sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            msg = json.loads(data)
+            if "pid" in msg or "error" in msg:
+                if "pid" in msg:
+                    live[msg["pid"]] = WarmProcess(self, msg["pid"], msg["args"])
+                self.replies.put(live.get(msg.get("pid")))
                 continue
             with self.changed:
                 if (h := live.pop(msg["exit"], None)) is not None:
@@ -205,13 +333,17 @@ class Starter:
         self.replies.put(None)
 
     def start(self, module: str, args: list[str], env: dict, log: str | None,
-              fds: dict[int, int] | None = None) -> WarmProcess | None:
-        """A forked `python -m module args` in this directory, or None if the
-        server is gone. `fds`: {fd in the child: fd of ours} (pass_fds, or a
-        pipe for its stdout); the rest of 0, 1, 2 are /dev/null and `log`."""
+              fds: dict[int, int] | None = None, cwd: str | None = None,
+              pgid: int | None = None) -> WarmProcess | None:
+        """A forked `python -m module args` in `cwd` (default: ours), or None
+        if the server cannot start it. `fds`: {fd in the child: fd of ours}
+        (pass_fds, or a pipe for its stdout); the rest of 0, 1, 2 are /dev/null
+        and `log`. `pgid`: None, a session of its own; 0, a group of its own in
+        the server's session; else that process group (in the same session)."""
         fds = fds or {}
         req = {"module": module, "args": args, "env": env, "log": log,
-               "cwd": os.getcwd(), "fds": list(fds)}
+               "cwd": os.path.abspath(cwd or os.getcwd()), "fds": list(fds),
+               "pgid": pgid}
         with self.lock:
             if self.gone:
                 return None
@@ -222,15 +354,42 @@ class Starter:
             except (OSError, ValueError, queue.Empty):
                 return None
 
+    def start_piped(self, module: str, args: list[str], env: dict,
+                    pipes: dict[int, str], fds: dict[int, int] | None = None,
+                    **kw) -> WarmProcess | None:
+        """`start` with a new pipe at each fd of `pipes` ("r": the child reads
+        it, "w": it writes); our ends are in the handle's `ends` {fd: ours}."""
+        made = {t: os.pipe() for t in pipes}
+        theirs = {t: r if pipes[t] == "r" else w for t, (r, w) in made.items()}
+        ours = {t: w if pipes[t] == "r" else r for t, (r, w) in made.items()}
+        try:
+            proc = self.start(module, args, env, None, {**theirs, **(fds or {})},
+                              **kw)
+        finally:
+            for fd in theirs.values():
+                os.close(fd)
+        if proc is None:
+            for fd in ours.values():
+                os.close(fd)
+            return None
+        proc.ends = ours
+        return proc
+
     def close(self) -> None:
-        """Kill whatever is still running of what it started, then end it."""
+        """Kill whatever is still running of what it started, then end it.
+        (A forked child's copy leaves it alone: the connection is its parent's.)"""
+        if os.getpid() != self.owner:
+            return
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+        if self.proc is None:
+            return
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.proc.stdout.close()
 
 
 class WarmProcess:
@@ -247,6 +406,12 @@ class WarmProcess:
                 if self.returncode is None:
                     self.returncode = -signal.SIGKILL   # died with its server
         return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL this process (not its group), as Popen.kill does."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
 
     def wait(self, timeout: float | None = None) -> int:
         with self.starter.changed:
@@ -266,5 +431,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _main(argv: list[str]) -> int:
+    preload: tuple[str, ...] = ()
+    if argv[:1] == ["--preload"]:
+        preload, argv = tuple(filter(None, argv[1].split(","))), argv[2:]
+    return serve(preload)
+
+
 if __name__ == "__main__":
-    sys.exit(serve())
+    sys.exit(_main(sys.argv[1:]))

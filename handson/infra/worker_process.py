@@ -120,19 +120,11 @@ def _forked(module: str, args: list[str], pass_fds: tuple[int, ...], env: dict):
         if _WARM["pid"] != os.getpid() or s is None or s.gone:
             s = warm_start.Starter(popen=remote_module.Spawner.popen)
             _WARM.update(pid=os.getpid(), starter=s)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    try:
-        p = s.start(module, args, env, None,
-                    {1: out_w, 2: err_w, **{fd: fd for fd in pass_fds}})
-    finally:
-        os.close(out_w)
-        os.close(err_w)
+    p = s.start_piped(module, args, env, {1: "w", 2: "w"},
+                      {fd: fd for fd in pass_fds})
     if p is None:
-        os.close(out_r)
-        os.close(err_r)
         return None
-    p.stdout, p.stderr = os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb")
+    p.stdout, p.stderr = os.fdopen(p.ends[1], "rb"), os.fdopen(p.ends[2], "rb")
     return p
 
 

@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
 
+from handson.infra import remote_module
 from handson.infra.learner_module import SKEW_ENV
 from handson.infra.stops import Stops
 from handson.queues.checkbase import (
@@ -788,6 +789,7 @@ def run_checks(queue_spec: str, redis_url: str, only: list[str] | None = None,
     if unknown:
         raise ValueError(f"unknown check(s) {unknown}; known: {', '.join(CHECKS)}")
     connect(redis_url).close()          # a clear RedisUnavailable up front
+    remote_module.share_hosts()         # each check's process forks from here
     return [_run_one(name, queue_spec, redis_url, timeout) for name in names]
 
 
