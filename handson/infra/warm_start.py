@@ -20,14 +20,15 @@ launcher reads of the environment: its forks confine themselves, then run
 the host script in place (`confine --no-exec`, `run_script`), so what they
 could read of its memory holds nothing a learner may not have.
 
-Each request {"module", "args", "env", "log"} is answered {"pid": n}; a child leaves for a session of its own unless the
-request names a process group ("pgid": 0 for a group of its own in the
-server's session, or a caller's group, which a signal to it then reaches).
-Each child's end is
-answered {"exit": pid, "code": c}, with c as `Popen.returncode` has it (-9 for
-SIGKILL). A child dies with the server, and
-the server with the process that started it; closing its stdin kills what it
-started.
+Each request {"module", "args", "env", "log"} is answered {"pid": n}; a child
+leaves for a session of its own unless the request names a process group
+("pgid": 0 for a group of its own in the server's session, or a caller's
+group, which a signal to it then reaches). Each child's end is answered
+{"exit": pid, "code": c}, with c as `Popen.returncode` has it (-9 for SIGKILL).
+Requests and replies are messages on a Unix socket (fd 0), or on another
+connection passed over it (`Starter.client_fd`). A child dies with the server,
+and the server with the process that started it; a closed connection kills
+what was started over it, and closing fd 0 kills everything.
 """
 
 from __future__ import annotations
