@@ -276,6 +276,7 @@ def attempts(size: str = "small", url: str | None = None) -> Experiment:
               f"{fixed.max_deliveries} deliveries.")
     return Experiment("attempts", broken, fixed, lesson, _runs_table([broken, fixed]),
                       {"share": share, "poison": len(poison),
+                       "poison_ids": sorted(poison),
                        "poison_claims": poison_claims})
 
 

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from collections import Counter
 
 from handson import breakit
 
@@ -24,7 +25,17 @@ def test_no_attempt_limit_loops_then_limit_buries(redis_url):
     assert exp.broken.max_deliveries >= breakit.SIZES["small"]["attempts"][
         "loop_claims"]
     assert "never ended" in exp.broken.text
-    assert exp.facts["share"][-1] > 0.9          # at the end: nothing but poison
+    # Once the good work is done the pool only fails: after the last good
+    # job's claim, every poison job is claimed loop_claims times more (a limit
+    # would have buried them), and poison's share of the claims has grown.
+    claims, ids = exp.broken.claims, set(exp.facts["poison_ids"])
+    assert len(ids) == poison
+    last_good = max(i for i, (_, job) in enumerate(claims) if job not in ids)
+    after = Counter(job for _, job in claims[last_good + 1:])
+    assert set(after) == ids
+    assert min(after.values()) >= breakit.SIZES["small"]["attempts"]["loop_claims"]
+    share = exp.facts["share"]
+    assert share[-1] > share[0]
     assert exp.fixed.verdict == "valid"
     assert exp.fixed.dlq == poison and exp.fixed.max_deliveries == 3
 

@@ -448,6 +448,7 @@ class _Run:
         self.schedule: list[tuple[int, str, int, float]] = []
         self.due = 0.0                  # the due point of the fault being injected
         self.server_clock = ServerClock()
+        self.loop_from: dict[str, int] = {}     # undone job -> its claims then
 
     # ---- processes -------------------------------------------------------
     def _spawn(self, args: list[str], chaos: bool, skew: float = 0.0,
@@ -752,10 +753,17 @@ class _Run:
         return ids - applied - dead
 
     def _looping(self, undone: set[str]) -> bool:
-        """Every job left has been claimed loop_claims times and none ends."""
+        """Every job left has been claimed loop_claims times since the last job
+        ended: counted from then, a loaded machine's long good phase, in which
+        a poison job loops already, does not end the run as the work runs out."""
         n = self.cfg.loop_claims
-        return bool(n and undone and all(len(self.tally.claims_of.get(j, ())) >= n
-                                         for j in undone))
+        if not (n and undone):
+            return False
+        claims = {j: len(self.tally.claims_of.get(j, ())) for j in undone}
+        if undone != self.loop_from.keys():         # a job ended: count anew
+            self.loop_from = claims
+            return False
+        return all(claims[j] - self.loop_from[j] >= n for j in undone)
 
     def _workers_up(self) -> bool:
         """Every running worker has logged since it started: the queue is loaded.

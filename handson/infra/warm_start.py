@@ -75,15 +75,22 @@ def _exit_code(err: SystemExit) -> int:
     return 1
 
 
-def _child(req: dict, fds: list[int], server: int) -> int:
+def _child(req: dict, fds: list[int], server: int, ready: int) -> int:
     """Run `python -m MODULE ARGS` with req's environment, directory and files
     (req["fds"]: where each passed fd goes; 0, 1, 2 default to /dev/null and
-    the log); its exit code. The caller then exits as the interpreter does."""
+    the log); its exit code. The caller then exits as the interpreter does.
+    `ready` hears once the child is in its session or group, or why not."""
     try:
         if req.get("pgid") is None:
             os.setsid()
         else:                               # 0: a group of its own
             os.setpgid(0, req["pgid"])
+    except OSError as err:
+        os.write(ready, f"cannot join process group {req['pgid']}: {err}".encode())
+        os._exit(1)
+    os.write(ready, b"ok")
+    os.close(ready)
+    try:
         redis_server.die_with_parent(server)
         _name(req["module"])
         signal.set_wakeup_fd(-1)
@@ -161,26 +168,25 @@ def _send(conn: socket.socket, msg: dict) -> None:
 
 
 def _fork(req: dict, fds: list[int], conn: socket.socket,
-          children: dict[int, socket.socket]) -> None:
-    pgid = req.get("pgid")
-    if pgid and _session(pgid) != os.getsid(0):
-        _send(conn, {"error": f"process group {pgid} is not in this server's "
-                              "session"})
-        return
+          children: dict[int, socket.socket | None]) -> None:
+    """Fork the child; its pid is answered once it is in its session or group,
+    so a signal to that group at once reaches it (or an error, and no pid)."""
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
+        os.close(ready_r)
         # the interpreter's own exit: threads, atexit, buffers
-        raise SystemExit(_child(req, fds, os.getppid()))
+        raise SystemExit(_child(req, fds, os.getppid(), ready_w))
+    os.close(ready_w)
+    with os.fdopen(ready_r, "rb") as ready:
+        said = ready.read(400)
+    if said != b"ok":
+        children[pid] = None        # reaped, answered to nobody
+        _send(conn, {"error": said.decode(errors="replace") or "it died"})
+        return
     children[pid] = conn
     _send(conn, {"pid": pid, "args": [sys.executable, "-m", req["module"],
                                       *req["args"]]})
-
-
-def _session(pgid: int) -> int:
-    try:
-        return os.getsid(pgid)
-    except OSError:
-        return -1
 
 
 def _kill(pids) -> None:
@@ -201,7 +207,7 @@ def serve(preload: tuple[str, ...] = ()) -> int:
         os.set_blocking(fd, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    children: dict[int, socket.socket] = {}     # pid -> the connection it is for
+    children: dict[int, socket.socket | None] = {}  # pid -> the connection asking
     main = socket.socket(fileno=0)              # SOCK_SEQPACKET: one request each
     conns = {0: main}
     while 0 in conns:
@@ -237,7 +243,7 @@ def serve(preload: tuple[str, ...] = ()) -> int:
     return 0
 
 
-def _reap(children: dict[int, socket.socket], block: bool = False) -> None:
+def _reap(children: dict[int, socket.socket | None], block: bool = False) -> None:
     while children:
         try:
             pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
