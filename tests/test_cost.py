@@ -3,7 +3,11 @@ reference's. Real Redis, real queues from the corpus (one edit from correct)."""
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+
+import redis
 
 from autograder.notebooks import feedback
 from handson.queues import cost
@@ -30,6 +34,33 @@ def test_round_trips_and_commands_are_the_servers_exact_count(redis_url):
                 assert first[who][f][k] == second[who][f][k], (who, f, k)
     assert cost.advice(first).startswith("claim makes 2 round trips per call "
                                          "where the reference makes 1")
+
+
+def test_connections_coming_and_going_meanwhile_do_not_count(redis_url):
+    """Another process's connections opening and closing during the first
+    measurement (an earlier step's hosts going away) add reads the queue did
+    not make: that run is measured again, and the count stays exact."""
+    from handson.queues.contract import load_queue
+
+    churn = threading.Event()
+
+    def come_and_go():
+        while not churn.is_set():
+            redis.Redis.from_url(redis_url).ping()    # opens, then closes
+            time.sleep(0.005)
+
+    q, r = load_queue(cost.REFERENCE), redis.Redis.from_url(redis_url)
+    judge = redis.Redis.from_url(redis_url)
+    noise = threading.Thread(target=come_and_go, daemon=True)
+    noise.start()
+    polluted = cost.measure(q, r, judge, jobs=20, tries=1)
+    timer = threading.Timer(0.05, churn.set)
+    timer.start()
+    measured = cost.measure(q, r, judge, jobs=20, tries=50)
+    churn.set()
+    noise.join(5)
+    assert polluted["per_job"]["round_trips"] > len(cost.PER_JOB)
+    assert measured["per_job"]["round_trips"] == len(cost.PER_JOB)
 
 
 def test_the_panel_draws_the_counts_it_was_given(redis_url):

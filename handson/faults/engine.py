@@ -86,7 +86,6 @@ INVARIANTS = {
                         "lease still ran, or after its ack",
 }
 WITNESSES = 3          # histories shown per broken invariant
-HOSTS_FD = 3           # a worker's connection to the run's server of hosts
 TICK_S = 0.02          # supervisor loop period
 FAST_TICK_S = 0.003    # ... while a constructed fault waits for a claim
 CHECK_S = 0.25         # how often the done count is read
@@ -471,14 +470,13 @@ class _Run:
             self.starter = warm_start.Starter(str(self.dir))
         # the worker's queue host comes from the run's server of hosts, into the
         # worker's process group: both servers are in our session, so is it
-        hosts = remote_module.share_host_server(env, HOSTS_FD)
+        hosts = remote_module.host_fds(env)
         try:
             p = self.starter.start("handson.worker", args, env, str(self.log_path),
-                                   {} if hosts is None else {HOSTS_FD: hosts},
-                                   pgid=0)
+                                   hosts, pgid=0)
         finally:
-            if hosts is not None:
-                os.close(hosts)
+            for fd in hosts.values():
+                os.close(fd)
         if p is None:           # its server is gone: a fresh interpreter, slower
             with open(self.log_path, "ab") as log:
                 p = subprocess.Popen([sys.executable, "-m", "handson.worker", *args],

@@ -138,6 +138,7 @@ CONFINE = "autograder.isolation.confine"
 HOST_PRELOAD = ("autograder.isolation.landlock", "handson.infra.warm_start",
                 "handson.infra.learner_host", "tempfile", "shutil", "urllib.parse")
 SERVER_ENV = "EO_HOST_SERVER"       # {"fd", "workdir"}: a connection passed to us
+HOSTS_FD = 63                       # where a started process gets that connection
 _HOSTS: dict[str, tuple[int, warm_start.Starter]] = {}   # work dir -> (pid, it)
 _HOSTS_LOCK = [threading.Lock()]
 os.register_at_fork(after_in_child=lambda: _HOSTS_LOCK.__setitem__(
@@ -202,7 +203,7 @@ def _host_server(workdir: str, prefix: list[str], env: dict) -> warm_start.Start
 
 
 def _passed_fd(workdir: str) -> int | None:
-    """The connection `share_host_server` passed us, once, if it is for this run."""
+    """The connection `host_fds` passed us, once, if it is for this run."""
     raw = os.environ.pop(SERVER_ENV, None)
     try:
         passed = json.loads(raw or "{}")
@@ -217,21 +218,23 @@ def _passed_fd(workdir: str) -> int | None:
     return fd
 
 
-def share_host_server(env: dict, fd: int) -> int | None:
+def host_fds(env: dict) -> dict[int, int]:
     """For a process we start with env `env` (whose learner prefix confines
-    hosts): a connection to our run's server of hosts, to pass it at `fd`
-    (close ours once it is started); env then tells it where. None if none."""
+    hosts): {HOSTS_FD: a new connection to our run's server of hosts} to pass
+    it, and env then says where; {} if none. Close ours once it has started,
+    and start it in our session (its hosts join its process group)."""
     try:
         prefix = json.loads(env.get(ENV) or "null")
     except ValueError:
-        return None
+        return {}
     workdir = _confined_workdir(prefix) if isinstance(prefix, list) else None
     if workdir is None:
-        return None
+        return {}
     ours = _host_server(workdir, prefix, env).client_fd()
-    if ours is not None:
-        env[SERVER_ENV] = json.dumps({"fd": fd, "workdir": workdir})
-    return ours
+    if ours is None:
+        return {}
+    env[SERVER_ENV] = json.dumps({"fd": HOSTS_FD, "workdir": workdir})
+    return {HOSTS_FD: ours}
 
 
 def share_hosts() -> None:

@@ -120,8 +120,14 @@ def _forked(module: str, args: list[str], pass_fds: tuple[int, ...], env: dict):
         if _WARM["pid"] != os.getpid() or s is None or s.gone:
             s = warm_start.Starter(popen=remote_module.Spawner.popen)
             _WARM.update(pid=os.getpid(), starter=s)
-    p = s.start_piped(module, args, env, {1: "w", 2: "w"},
-                      {fd: fd for fd in pass_fds})
+    # its queue's hosts come from our run's server of hosts, into its group
+    hosts = remote_module.host_fds(env)
+    try:
+        p = s.start_piped(module, args, env, {1: "w", 2: "w"},
+                          {**{fd: fd for fd in pass_fds}, **hosts}, pgid=0)
+    finally:
+        for fd in hosts.values():
+            os.close(fd)
     if p is None:
         return None
     p.stdout, p.stderr = os.fdopen(p.ends[1], "rb"), os.fdopen(p.ends[2], "rb")
