@@ -18,7 +18,11 @@ Three processes, only the last runs learner code:
   kernel kills everything left in the namespace, detached or not;
 - the learner process drops every capability, restricts itself with Landlock
   (write only in the work dir, no TCP, no signal outside its tree), gets a
-  scrubbed environment and rlimits, and execs CMD.
+  scrubbed environment and rlimits, and execs CMD. With --no-exec (the
+  launcher is a fork of a run's warm server of hosts, which imported redis-py
+  once and holds nothing a learner may not read) a CMD that is this Python
+  running a script runs it in place instead, after dropping the capabilities
+  exec would have dropped.
 
 Each mechanism is used when the machine has it; the status file says which were
 in force. Without a network namespace nothing listens for us, and a jupyter
