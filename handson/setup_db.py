@@ -9,7 +9,9 @@ so the chaos run can count how many times each job really changed the database.
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 SCHEMA = """
 CREATE TABLE scores(job_id TEXT PRIMARY KEY, doc_id INT, score REAL);
@@ -17,6 +19,7 @@ CREATE TABLE scores_naive(job_id TEXT, doc_id INT, score REAL);
 CREATE TABLE stats(n INT); INSERT INTO stats VALUES (0);
 CREATE TABLE applied(job_id TEXT, attempt INT, pid INT, t INT);
 """
+T = TypeVar("T")
 
 
 def connect(path: str | Path, timeout: float = 30.0) -> sqlite3.Connection:
@@ -36,14 +39,27 @@ def connect(path: str | Path, timeout: float = 30.0) -> sqlite3.Connection:
 def _wal(db: sqlite3.Connection, timeout: float) -> None:
     """Switch the file to WAL once (it stays so). Two processes switching a new
     file at the same moment can be told "locked" without the busy wait."""
+    def switch() -> None:
+        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            db.execute("PRAGMA journal_mode=WAL")
+    retrying(switch, timeout)
+
+
+def retrying(call: Callable[[], T], timeout: float = 30.0) -> T:
+    """`call()`, again while SQLite says the file is busy in a way its own busy
+    wait does not cover, until `timeout` s have passed.
+
+    Besides the WAL switch above, a reader can be told "locking protocol"
+    (SQLITE_PROTOCOL): it lost the race for the WAL index some hundred times in
+    a row, as happens beside writers killed with kill -9 on a loaded machine.
+    """
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                db.execute("PRAGMA journal_mode=WAL")
-            return
+            return call()
         except sqlite3.OperationalError as err:
-            if "locked" not in str(err) or time.monotonic() > deadline:
+            transient = "locked" in str(err) or "locking protocol" in str(err)
+            if not transient or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
 

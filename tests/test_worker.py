@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -60,6 +61,35 @@ def test_naive_sink_applies_every_delivery(tmp_path):
 def test_results_db_is_wal(tmp_path):
     db = setup_db.connect(setup_db.setup(tmp_path / "r.db"))
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_read_that_lost_the_wal_race_is_tried_again(tmp_path):
+    """SQLITE_PROTOCOL beside writers killed on a loaded machine once failed a
+    chaos run's progress read; it passes, and any other error does not."""
+    db = setup_db.connect(setup_db.setup(tmp_path / "r.db"))
+    told = []
+
+    def read():
+        if len(told) < 2:
+            told.append(1)
+            raise sqlite3.OperationalError("locking protocol")
+        return db.execute("select n from stats").fetchone()[0]
+
+    assert setup_db.retrying(read) == 0 and len(told) == 2
+
+    def broken():
+        told.append(1)
+        raise sqlite3.OperationalError("no such table: nowhere")
+
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        setup_db.retrying(broken)
+    assert len(told) == 3
+
+    def always():
+        raise sqlite3.OperationalError("locking protocol")
+
+    with pytest.raises(sqlite3.OperationalError, match="locking protocol"):
+        setup_db.retrying(always, timeout=0.05)
 
 
 class Worker:

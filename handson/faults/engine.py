@@ -737,13 +737,16 @@ class _Run:
         when the effect commits with the ack (tx_effect)."""
         if self.cfg.tx_effect:
             return queue.effects(r)
-        con = sqlite3.connect(self.db, timeout=30)
-        try:
-            applied = con.execute(
-                "select job_id, attempt, pid, t from applied order by t").fetchall()
-            return applied, verify.summary(con)
-        finally:
-            con.close()
+        def read() -> tuple[list[tuple], dict]:
+            con = sqlite3.connect(self.db, timeout=30)
+            try:
+                applied = con.execute(
+                    "select job_id, attempt, pid, t from applied order by t"
+                ).fetchall()
+                return applied, verify.summary(con)
+            finally:
+                con.close()
+        return setup_db.retrying(read)
 
     def _undone(self, ids: set[str], queue, r) -> set[str]:
         applied = {row[0] for row in self.effects(queue, r)[0]}
