@@ -111,6 +111,41 @@ def test_heartbeat_trial_sets_aside_long_jobs_runs_the_learner_did_not_fail():
     assert "excused" not in fair(lambda: next(short))
 
 
+def test_heartbeat_trial_runs_frozen_again_when_the_second_worker_lost_its_lease():
+    """The frozen trial is about the frozen worker: a run whose second worker
+    lost its own lease (the job undone) is run again; the third is judged."""
+    from autograder.judges.heartbeat_trial import _frozen_until_a_fair_run as fair
+
+    lost = {"ev": "result", "held": False}
+    held = {"ev": "result", "held": True}
+    runs = iter([{"second": [lost], "n": 1}, {"second": [held], "n": 2}])
+    got = fair(lambda: next(runs))
+    assert got["n"] == 2 and got["rerun"].startswith("1 earlier run(s)")
+    always = iter([{"second": [lost], "n": n} for n in range(5)])
+    got = fair(lambda: next(always))
+    assert got["n"] == 2 and "lost its own lease" in got["rerun"]
+    once = iter([{"second": [held], "n": 0}])
+    assert "rerun" not in fair(lambda: next(once))
+
+
+def test_a_trial_run_again_starts_from_an_empty_table_and_log(tmp_path):
+    """A set-aside long_jobs run is run again in the same folder: its table and
+    event log must start empty (they once made the rerun crash)."""
+    import sqlite3
+
+    from autograder.judges.heartbeat_trial import _effects, _events, _log, _setup
+
+    db, events = _setup(tmp_path, "long")
+    con = sqlite3.connect(db)
+    con.execute("INSERT INTO effects VALUES ('long-0', 1, 1)")
+    con.commit()
+    con.close()
+    _log(events, ev="claim")
+    assert _effects(db) and _events(events)
+    assert _setup(tmp_path, "long") == (db, events)
+    assert _effects(db) == {} and _events(events) == []
+
+
 def test_the_report_says_how_much_the_clock_gained_only_when_it_did():
     from handson.faults.engine import Report
 

@@ -16,9 +16,10 @@ Three trials, each judged from the events the worker processes log:
   50 ms: with the heartbeat no job is reaped, none is claimed twice, each
   effect happens once and each ack succeeds.
 - frozen: a worker is frozen with SIGSTOP past its lease while it works; the
-  job is reaped and done by a second worker; the first is resumed. It must
-  stop on its own (run_with_heartbeat returns False), its ack is refused, and
-  the job's effect happens once.
+  job is reaped and done by a second worker (on the long jobs' lease, run
+  again if it lost it); the first is resumed. It must stop on its own
+  (run_with_heartbeat returns False), its ack is refused, and the job's effect
+  happens once.
 - stops: run_with_heartbeat against a queue whose extend starts answering
   False must stop the work and return False within a few heartbeats, and
   leave no thread running.
@@ -169,7 +170,10 @@ def _wait(procs: list[subprocess.Popen], timeout: float) -> list[str]:
 
 
 def _setup(tmp: Path, name: str) -> tuple[str, Path]:
+    """A fresh effects table and event log: a trial run again starts empty."""
     db = str(tmp / f"{name}.db")
+    for old in (Path(db), tmp / f"{name}.jsonl"):
+        old.unlink(missing_ok=True)
     con = sqlite3.connect(db)
     con.execute("CREATE TABLE effects (job_id TEXT, attempt INT, pid INT)")
     con.commit()
@@ -301,7 +305,7 @@ def frozen(module: str, url: str, tmp: Path) -> dict:
     time.sleep(0.1)
     os.killpg(a.pid, signal.SIGSTOP)
     frozen_at = time.monotonic()
-    b = _spawn(module, url, db, events, 1, 5.0, FROZEN_WORK_S)
+    b = _spawn(module, url, db, events, 1, 5.0, FROZEN_WORK_S, LONG_LEASE_S)
     time.sleep(FREEZE_S)
     os.killpg(a.pid, signal.SIGCONT)
     resumed_at = time.monotonic()
@@ -314,6 +318,23 @@ def frozen(module: str, url: str, tmp: Path) -> dict:
             "first": first, "second": [e for e in ev if e.get("pid") == b.pid],
             "effects": _effects(db), "requeued": reaper.requeued,
             "errors": [e["error"] for e in ev if e["ev"] == "error"] + errors}
+
+
+def _frozen_until_a_fair_run(run, tries: int = 3) -> dict:
+    """The frozen trial up to `tries` times, while the second worker lost its
+    own lease: then the job went undone for a reason the trial is not about
+    (long_jobs judges keeping a lease). The last run is judged as it is."""
+    aside = 0
+    for i in range(tries):
+        got = run()
+        lost = any(e["ev"] == "result" and not e["held"] for e in got["second"])
+        if not lost or i == tries - 1:
+            break
+        aside += 1
+    if aside:
+        got["rerun"] = (f"{aside} earlier run(s) set aside: the second worker "
+                        "lost its own lease")
+    return got
 
 
 def _threads(q) -> int:
@@ -368,7 +389,8 @@ def trial(module: str, url: str) -> dict:
                          ("final_check", lambda: final_check(module, url)),
                          ("long_jobs", lambda: _long_jobs_until_a_fair_run(
                              lambda: long_jobs(module, url, Path(tmp)))),
-                         ("frozen", lambda: frozen(module, url, Path(tmp)))):
+                         ("frozen", lambda: _frozen_until_a_fair_run(
+                             lambda: frozen(module, url, Path(tmp))))):
             if "NotImplementedError" in out.get("stops", {}).get("error", ""):
                 out[name] = {"crashed": "skipped: run_with_heartbeat still raises "
                                         "NotImplementedError"}
