@@ -377,10 +377,24 @@ class Lag:
     burst_at: float             # seconds from the start of sampling
     samples: list[tuple[float, int, float]]   # (t, pending, oldest age s)
     slope: float                # fitted docs/s while the burst drained (negative)
+    # seconds from the start when the producer stopped, the backlog still not
+    # drained at 4x the predicted time; None when it ran to the end
+    producer_stopped_at: float | None = None
 
     @property
     def expected_slope(self) -> float:
         return -(self.capacity - self.arrival)
+
+    @property
+    def producer(self) -> str:
+        """What the arrivals did while the backlog fell, for the prose."""
+        if self.producer_stopped_at is None:
+            return "while the producer keeps adding"
+        return ("while the producer kept adding, until it stopped at "
+                f"{self.producer_stopped_at:.0f} s in this build: the backlog had "
+                "not drained in 4 times the predicted time, since the machine was "
+                "busier than when the capacity was measured, and from then on it "
+                "fell at capacity alone")
 
 
 def _fit(points: list[tuple[float, int]]) -> float:
@@ -470,12 +484,13 @@ def _spike(r, url, pool, p, capacity, rate, burst) -> Lag:
     # Past give_up the arrivals stop, so the backlog still drains (at capacity)
     # on a machine busier now than when the capacity was measured.
     hard_stop = give_up + 4.0 * burst / max(capacity, 1e-9) + 30.0
-    drained_at = None
+    drained_at = stopped_at = None
     next_sample = t0
     try:
         while (now := time.monotonic()) - t0 < hard_stop:
             if now - t0 >= give_up and not stop.is_set():
                 stop.set()
+                stopped_at = round(now - t0, 1)
                 _log(f"  the burst had not drained after {give_up:.0f} s: arrivals "
                      "are at or above what the workers manage on this machine "
                      "right now; the producer stops so the backlog can drain")
@@ -501,7 +516,7 @@ def _spike(r, url, pool, p, capacity, rate, burst) -> Lag:
         _log(f"  warning: the backlog had not drained after {hard_stop:.0f} s")
     arrival = sent["n"] / sent["t"] if sent["t"] else rate
     return Lag(p["workers"], capacity, arrival, burst, burst_at, samples,
-               drain_slope(samples, burst_at))
+               drain_slope(samples, burst_at), stopped_at)
 
 
 def lag_text(x: Lag) -> str:
@@ -514,7 +529,9 @@ def lag_text(x: Lag) -> str:
         f"(ratio {x.slope / x.expected_slope:.2f})",
         f"drain time expected {x.burst / -x.expected_slope:,.1f} s "
         "(backlog / (capacity - arrivals))",
-    ])
+    ] + ([] if x.producer_stopped_at is None else [
+        f"the producer stopped at t={x.producer_stopped_at:g} s, the backlog not "
+        "yet drained"]))
 
 
 def lag_figure(x: Lag):

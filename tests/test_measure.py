@@ -69,6 +69,18 @@ def test_lag_drains_at_capacity_minus_arrivals(redis_url, capsys, tmp_path):
     assert (tmp_path / "lag.png").stat().st_size > 0
 
 
+def test_the_lag_prose_says_when_the_producer_stopped():
+    """The chapter says the producer keeps adding only in a build where it did;
+    one that stopped it (the backlog not drained in time) is told so."""
+    samples = [(0.0, 0, 0.0), (1.0, 100, 0.5), (2.0, 0, 0.0)]
+    ran = measure.Lag(2, 100.0, 40.0, 100, 0.5, samples, -60.0)
+    stopped = measure.Lag(2, 100.0, 40.0, 100, 0.5, samples, -90.0, 12.3)
+    assert ran.producer == "while the producer keeps adding"
+    assert "producer stopped" not in measure.lag_text(ran)
+    assert "until it stopped at 12 s in this build" in stopped.producer
+    assert "the producer stopped at t=12.3 s" in measure.lag_text(stopped)
+
+
 def test_drain_slope_fits_the_straight_part():
     samples = [(t, 0 if t < 2 else max(0, 1000 - 100 * (t - 2)), 0.0)
                for t in range(20)]
