@@ -1,8 +1,9 @@
 """The lab chapter's timing-sensitive runs, beside a CPU-bound process.
 
 A learner builds the book on a laptop that is doing something else; the
-chapter's claims (a heartbeat leaves no duplicate, a paused worker's lease runs
-out and its ack is refused) must hold there too, not only on a quiet machine.
+chapters' claims (a heartbeat leaves no duplicate, a paused worker's lease runs
+out and its ack is refused, a slow record holds up its partition and nothing
+in the job queue) must hold there too, not only on a quiet machine.
 """
 
 import json
@@ -15,6 +16,7 @@ import pytest
 import handson.q
 from handson import breakit
 from handson.book import lease_timeline
+from handson.queues import streams_log
 from handson.queues.checks import run_checks
 
 HOG = "while True:\n    pass\n"
@@ -51,6 +53,17 @@ def test_zombie_is_refused_beside_a_hog(cpu_hog, redis_url):
     assert first["silence"] > rec["lease_s"], runs
     assert last["claim"] < first["end"], runs
     assert effects == 1, rec["events"]
+
+
+def test_a_slow_record_holds_up_its_partition_alone_beside_a_hog(cpu_hog,
+                                                                   redis_url):
+    """Measured with 0.6 s of slow work, the other partitions once finished
+    after it on a loaded machine: what waits must be what sits behind it."""
+    log_row, queue_row = streams_log.slow_record_demo(redis_url, slow_s=0.6)
+    assert all(p.poll() is None for p in cpu_hog), "the hogs ran throughout"
+    assert (log_row["normal_after_slow"] == log_row["behind_slow_in_partition"]
+            > 0), log_row
+    assert queue_row["normal_after_slow"] == 0, queue_row
 
 
 def _pinned_hog(busy_s: float, idle_s: float) -> subprocess.Popen:

@@ -27,6 +27,7 @@ returns plain rows that the chapter prints as tables and the tests check.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -110,9 +111,23 @@ def _go(topic: str) -> str:
     return f"log:{topic}:go"
 
 
+def _release(topic: str) -> str:
+    """Set once nothing that can go on without the slow record is left."""
+    return f"log:{topic}:release"
+
+
 def _reset(r: redis.Redis, topic: str, partitions: int) -> None:
     r.delete(*[stream(topic, p) for p in range(partitions)], f"log:{topic}:clock",
-             _go(topic))
+             _go(topic), _release(topic))
+
+
+def _work(r: redis.Redis, slow: bool, work_ms: float, slow_ms: float,
+          hold: str | None) -> None:
+    """One record's work; a slow one, with `hold`, lasts until that key is set."""
+    time.sleep((slow_ms if slow else work_ms) / 1000)
+    deadline = time.monotonic() + PROC_TIMEOUT_S
+    while slow and hold and not r.exists(hold) and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 def _text(v) -> str:
@@ -136,7 +151,7 @@ def _ready_then_go(r: redis.Redis, f, go: str, deadline: float) -> None:
 def consume(url: str, topic: str, p: int, group: str, name: str, out: Path,
             commit: str = "after", batch: int = 5, work_ms: float = 10,
             slow_ms: float = 1000, idle_s: float = 0.3,
-            max_s: float = PROC_TIMEOUT_S) -> None:
+            max_s: float = PROC_TIMEOUT_S, hold: str | None = None) -> None:
     """One consumer on partition p: its pending entries first, then new ones.
 
     commit="before": XACK a batch as soon as it is read (Kafka: commit, then
@@ -167,7 +182,7 @@ def consume(url: str, topic: str, p: int, group: str, name: str, out: Path,
             if commit == "before":
                 ack(r, topic, p, group, ids)            # commit, then process
             for entry_id, fields in entries:
-                time.sleep((slow_ms if fields.get("slow") == "1" else work_ms) / 1000)
+                _work(r, fields.get("slow") == "1", work_ms, slow_ms, hold)
                 f.write(json.dumps({"id": entry_id, "p": p, "key": fields.get("key"),
                                     "seq": int(fields.get("seq", -1)),
                                     "clock": r.incr(clock), "at": time.time()}) + "\n")
@@ -178,7 +193,8 @@ def consume(url: str, topic: str, p: int, group: str, name: str, out: Path,
 
 
 def queue_worker(url: str, out: Path, work_ms: float = 10, slow_ms: float = 1000,
-                 idle_s: float = 0.3, max_s: float = PROC_TIMEOUT_S) -> None:
+                 idle_s: float = 0.3, max_s: float = PROC_TIMEOUT_S,
+                 hold: str | None = None) -> None:
     """A job-queue worker on the course's queue (handson.q): any free one takes
     the next job, so a slow job holds up one worker, not a lane."""
     from handson import q
@@ -196,7 +212,7 @@ def queue_worker(url: str, out: Path, work_ms: float = 10, slow_ms: float = 1000
                 time.sleep(0.002)
                 continue
             job_id, payload, attempt = job
-            time.sleep((slow_ms if payload.get("slow") else work_ms) / 1000)
+            _work(r, bool(payload.get("slow")), work_ms, slow_ms, hold)
             f.write(json.dumps({"id": job_id, "key": payload["key"],
                                 "seq": payload["seq"], "at": time.time()}) + "\n")
             q.ack(r, job_id, attempt)
@@ -221,6 +237,10 @@ def _lines(path: Path) -> list[dict]:
 
 def _records(path: Path) -> list[dict]:
     return [x for x in _lines(path) if "ready" not in x]
+
+
+def _seqs_done(outs: list[Path]) -> set[int]:
+    return {x["seq"] for o in outs for x in _records(o)}
 
 
 def _wait_until(cond, timeout: float, what: str) -> None:
@@ -380,17 +400,22 @@ def slow_record_demo(url: str, records: int = 30, partitions: int = 3,
     The same records go to a log (one consumer per partition) and to the
     course's job queue (as many workers as partitions). For each we report how
     many normal records finished after the slow one did, and when the last
-    normal record finished. It empties the course queue first (`q.reset`).
+    normal record finished. The slow record takes `slow_s`, and then lasts
+    until every record that need not wait for it is done (those in other
+    partitions, for the log; every other job, for the queue), so what finishes
+    after it is what waited for it, however busy the machine. It empties the
+    course queue first (`q.reset`).
     """
     from handson import q
 
     r = connect(url, decode_responses=True)
     topic = "slow"
     _reset(r, topic, partitions)
-    r.delete(_go("queue"))
+    r.delete(_go("queue"), _release("queue"))
     create_group(r, topic, partitions, "scorer")
     q.reset(r)
-    slow_key = "doc-1"
+    slow_seq = 1
+    slow_key = f"doc-{slow_seq}"
     results = []
     with tempfile.TemporaryDirectory() as d:
         for system in ("log", "queue"):
@@ -398,12 +423,14 @@ def slow_record_demo(url: str, records: int = 30, partitions: int = 3,
             if system == "log":
                 procs = [_spawn(_consumer_args(url, topic, p, "scorer", f"c{p}",
                                                outs[p], work_ms=work_ms,
-                                               slow_ms=slow_s * 1000, batch=1))
+                                               slow_ms=slow_s * 1000, batch=1,
+                                               hold=_release(topic)))
                          for p in range(partitions)]
             else:
                 procs = [_spawn(["queue-worker", "--url", url, "--out", str(o),
                                  "--work-ms", str(work_ms),
-                                 "--slow-ms", str(slow_s * 1000)]) for o in outs]
+                                 "--slow-ms", str(slow_s * 1000),
+                                 "--hold", _release("queue")]) for o in outs]
             for o in outs:
                 _wait_until(lambda o=o: _ready(o), PROC_TIMEOUT_S, f"{system} readers")
             t0 = time.time()
@@ -413,14 +440,24 @@ def slow_record_demo(url: str, records: int = 30, partitions: int = 3,
                     produce(r, topic, partitions, key, {"seq": i, "slow": int(slow)})
                 else:
                     q.enqueue(r, {"key": key, "seq": i, "slow": slow})
-            r.set(_go(topic if system == "log" else "queue"), 1)
+            name = topic if system == "log" else "queue"
+            r.set(_go(name), 1)
+            lane = partition_for(slow_key, partitions)
+            # what need not wait for the slow record: for the log, the records
+            # not behind it in its partition; for the queue, every other job
+            free = {i for i in range(records) if i != slow_seq and (
+                system == "queue" or i < slow_seq
+                or partition_for(f"doc-{i}", partitions) != lane)}
+            with contextlib.suppress(TimeoutError):
+                _wait_until(lambda free=free, outs=outs: free <= _seqs_done(outs),
+                            PROC_TIMEOUT_S, "the records free of the slow one")
+            r.set(_release(name), 1)
             _finish(procs)
             rows = [x for o in outs for x in _records(o)]
             slow_done = next(x["at"] for x in rows if x["key"] == slow_key)
             normal = [x for x in rows if x["key"] != slow_key]
-            lane = partition_for(slow_key, partitions)
             behind = sum(partition_for(x["key"], partitions) == lane
-                         and x["seq"] > int(slow_key.split("-")[1]) for x in normal)
+                         and x["seq"] > slow_seq for x in normal)
             results.append({
                 "system": system, "readers": partitions, "records": len(rows),
                 "normal_after_slow": sum(x["at"] > slow_done for x in normal),
@@ -486,17 +523,20 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--batch", type=int, default=5)
     c.add_argument("--work-ms", type=float, default=10)
     c.add_argument("--slow-ms", type=float, default=1000)
+    c.add_argument("--hold", help="a slow record lasts until this key is set")
     w = sub.add_parser("queue-worker", help="one worker on the course's job queue")
     w.add_argument("--url", required=True)
     w.add_argument("--out", type=Path, required=True)
     w.add_argument("--work-ms", type=float, default=10)
     w.add_argument("--slow-ms", type=float, default=1000)
+    w.add_argument("--hold", help="a slow job lasts until this key is set")
     a = ap.parse_args(argv)
     if a.cmd == "consume":
         consume(a.url, a.topic, a.partition, a.group, a.name, a.out, commit=a.commit,
-                batch=a.batch, work_ms=a.work_ms, slow_ms=a.slow_ms)
+                batch=a.batch, work_ms=a.work_ms, slow_ms=a.slow_ms, hold=a.hold)
     else:
-        queue_worker(a.url, a.out, work_ms=a.work_ms, slow_ms=a.slow_ms)
+        queue_worker(a.url, a.out, work_ms=a.work_ms, slow_ms=a.slow_ms,
+                     hold=a.hold)
     return 0
 
 
