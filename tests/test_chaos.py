@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_redis_server import _as_in_a_terminal
 
 from handson import chaos, redis_server
 from handson.faults import timeline
@@ -361,14 +362,13 @@ def test_nothing_outlives_an_interrupted_or_killed_chaos_run(sig, tmp_path):
     """Its own Redis and its workers die with the CLI, even on kill -9."""
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env["TMPDIR"] = str(tmp_path)          # the server's and workers' dirs land here
-    # Ctrl-C as at a terminal: a suite started in the background inherits
-    # SIGINT ignored, and the CLI then ran on to its 120 s budget
+    # (with SIGINT ignored, as a suite started in the background hands it on,
+    # the CLI ran on to its 120 s budget)
     cli = subprocess.Popen([sys.executable, "-m", "handson.chaos", "2", "--docs",
                             "3000", "--iters", "20000"], env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                            text=True, start_new_session=True,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT,
-                                                            signal.SIG_DFL))
+                           preexec_fn=_as_in_a_terminal)
     try:
         for line in cli.stderr:            # progress: the workers are running
             if "kills=" in line and not line.startswith("[   0.0"):
