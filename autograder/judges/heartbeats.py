@@ -151,7 +151,7 @@ def _trial_outcomes(data: dict) -> list:
                 "caller commits.",
                 "frozen worker: held=False, ack refused; the job's effect once",
                 f"held={held}, ack ok={stale_ack}, effects={n_effects}",
-                [witness] + [fz[k] for k in ("rerun",) if fz.get(k)]
+                [witness] + ([fz["rerun"]] if fz.get("rerun") else [])
                 + fz.get("errors", [])[:1]))
 
     fc = data.get("final_check", {"crashed": "the trial did not report"})
