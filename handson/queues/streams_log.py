@@ -226,10 +226,13 @@ def _spawn(args: list[str]) -> subprocess.Popen:
 
 
 def _lines(path: Path) -> list[dict]:
+    """The whole lines of `path`: read while a process writes it, a last line
+    not yet ended is left for the next look."""
     if not path.exists():
         return []
+    text = path.read_text()
     rows = []
-    for line in path.read_text().splitlines():
+    for line in text[:text.rfind("\n") + 1].splitlines():
         if line.strip():
             rows.append(json.loads(line))
     return rows
@@ -240,15 +243,7 @@ def _records(path: Path) -> list[dict]:
 
 
 def _seqs_done(outs: list[Path]) -> set[int]:
-    """The records finished so far; read while the readers write, so a line
-    not yet whole is left for the next look."""
-    done = set()
-    for o in outs:
-        text = o.read_text() if o.exists() else ""
-        for line in text[:text.rfind("\n") + 1].splitlines():
-            with contextlib.suppress(ValueError):
-                done.add(json.loads(line).get("seq", -1))
-    return done - {-1}
+    return {x["seq"] for o in outs for x in _records(o)}
 
 
 def _wait_until(cond, timeout: float, what: str) -> None:
