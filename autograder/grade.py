@@ -210,5 +210,7 @@ def grade(path: str | Path, quick: bool = False, progress=None,
                        problems=problems + ev.problems, invariants=ev.invariants,
                        replay=ev.replay, elapsed_s=time.monotonic() - start,
                        quick=quick, isolation=isolation,
-                       server_isolation=redis.isolation, notes=ready.notes,
+                       server_isolation=redis.isolation,
+                       servers={"Redis": redis.isolation, **ev.servers},
+                       notes=ready.notes,
                        efficiency=ev.efficiency)

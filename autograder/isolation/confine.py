@@ -3,7 +3,7 @@
     python -m autograder.isolation.confine --workdir W [--read PATH]...
         [--redis-url URL] [--pg-url URL]
         [--mem-mb N] [--pids N] [--disk-mb N] [--env K=V]... [--pass NAME]...
-        [--keep-group] [--status F] -- CMD...
+        [--keep-group] [--identity NAME] [--status F] -- CMD...
 
 Three processes, only the last runs learner code:
 
@@ -23,6 +23,14 @@ Three processes, only the last runs learner code:
   once and holds nothing a learner may not read) a CMD that is this Python
   running a script runs it in place instead, after dropping the capabilities
   exec would have dropped.
+
+With --identity NAME (a server: PostgreSQL refuses to run as root) the command
+runs as a user of its own: as root, a uid that no account and no other run has
+(`identity_uid`), owner of the work dir and named NAME in the view's
+/etc/passwd, so one run's server can neither read another's files nor signal
+its processes; otherwise the caller's own uid inside its user namespace.
+SIGINT and SIGTERM sent to the launcher reach the command (a server's fast and
+smart shutdown), so it can stop cleanly and the status still be written.
 
 Each mechanism is used when the machine has it; the status file says which were
 in force. Without a network namespace nothing listens for us, and a jupyter
@@ -87,6 +95,16 @@ def _check(ret: int, what: str) -> None:
 def run_id(workdir: str) -> str:
     """The name every process of one grading run shares (its cgroup's name)."""
     return "eo-" + sha256(os.path.realpath(workdir).encode()).hexdigest()[:16]
+
+
+IDENTITY_BASE, IDENTITY_SPAN = 1 << 30, 1 << 24
+
+
+def identity_uid(workdir: str) -> int:
+    """The uid (and gid) a run's server gets as root: from the run's name, in a
+    range far above any account's (2^30 + 24 bits), so two runs do not share it."""
+    digest = sha256(os.path.realpath(workdir).encode()).digest()
+    return IDENTITY_BASE + int.from_bytes(digest[:3], "big") % IDENTITY_SPAN
 
 
 def python_paths() -> list[str]:
@@ -159,6 +177,13 @@ class Cgroup:
             return int(dict(ln.split() for ln in text.splitlines())["oom_kill"])
         return 0
 
+    def peak_mb(self) -> int:
+        """The most memory the cgroup's processes held at once."""
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            return int((self.dirs["memory"] / "memory.max_usage_in_bytes")
+                       .read_text()) >> 20
+        return 0
+
     def leave(self) -> None:
         """Move back out and remove the cgroups if no other process uses them."""
         for ctrl, d in self.dirs.items():
@@ -170,11 +195,13 @@ class Cgroup:
 
 # --- the namespaces and the file system view --------------------------------------
 
-def _unshare() -> str:
+def _unshare(own_identity: bool = False) -> str:
     """New PID/net/IPC namespaces: 'root', 'user' (via a user ns) or ''.
 
     The mount namespace comes later, in the init, so that the launcher keeps
     the real file system (it writes the status file after the init is gone).
+    In a user namespace the caller is root inside, or itself with
+    `own_identity` (a server that refuses root).
     """
     libc = _libc()
     flags = CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
@@ -185,9 +212,10 @@ def _unshare() -> str:
         return ""
     with contextlib.suppress(OSError):
         Path("/proc/self/setgroups").write_text("deny")
+    inside_uid, inside_gid = (uid, gid) if own_identity else (0, 0)
     try:
-        Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
-        Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+        Path("/proc/self/uid_map").write_text(f"{inside_uid} {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"{inside_gid} {gid} 1")
     except OSError:
         return ""
     return "user"
@@ -219,8 +247,10 @@ def _bind(src: str, root: str, writable: bool) -> None:
                MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | locked)
 
 
-def build_view(root: str, read: list[str], write: list[str]) -> None:
-    """Make `root` the new / holding only `read` (ro), `write` (rw), /dev, /proc."""
+def build_view(root: str, read: list[str], write: list[str],
+               identity: tuple[str, int] | None = None) -> None:
+    """Make `root` the new / holding only `read` (ro), `write` (rw), /dev, /proc;
+    with `identity` (name, uid), /etc/passwd and /etc/group know that user."""
     _check(_libc().unshare(CLONE_NEWNS), "unshare mount namespace")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=8m,mode=0755")
@@ -233,6 +263,8 @@ def build_view(root: str, read: list[str], write: list[str]) -> None:
     for dev in DEVICES:
         if os.path.exists(dev):
             _bind(dev, root, True)
+    if identity and os.path.isdir(root + "/etc"):
+        _name_identity(root, *identity)
     os.makedirs(root + "/dev/shm", exist_ok=True)
     _mount("tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
            "size=64m,mode=1777")
@@ -244,6 +276,26 @@ def build_view(root: str, read: list[str], write: list[str]) -> None:
     _check(libc.umount2(b".", MNT_DETACH), "umount old root")
     os.chdir("/")
     _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _name_identity(root: str, name: str, uid: int) -> None:
+    """The host's passwd and group, less any `name` or `uid` entry, plus ours,
+    bound read-only over the view's (tools look their user up by uid)."""
+    line = {"passwd": f"{name}:x:{uid}:{uid}:{name}:/nonexistent:/usr/sbin/nologin",
+            "group": f"{name}:x:{uid}:"}
+    for db, own in line.items():
+        kept = []
+        with contextlib.suppress(OSError):
+            for entry in Path(f"/etc/{db}").read_text().splitlines():
+                fields = entry.split(":")
+                if fields[0] != name and fields[2:3] != [str(uid)]:
+                    kept.append(entry)
+        made = f"{root}/.{db}"
+        Path(made).write_text("\n".join([*kept, own]) + "\n")
+        target = f"{root}/etc/{db}"
+        if os.path.exists(target):
+            _mount(made, target, None, MS_BIND)
+            _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
 
 
 def loopback_up() -> None:
@@ -342,7 +394,8 @@ def init(opts, cmd: list[str], mode: str, report_fd: int) -> int:
     """PID 1 of the sandbox: build the view, start the learner, watch, clean up."""
     pidns = bool(mode)
     if pidns:
-        build_view(opts.root, view_read(opts), [opts.workdir])
+        build_view(opts.root, view_read(opts), [opts.workdir],
+                   (opts.identity, opts.uid) if opts.uid else None)
         os.write(report_fd, b'{"view_ready": true}\n')    # the launcher removes root
         loopback_up()
     else:
@@ -350,6 +403,7 @@ def init(opts, cmd: list[str], mode: str, report_fd: int) -> int:
     child = os.fork()
     if child == 0:
         become_learner(opts, cmd, mode, report_fd)
+    _forward_stops(child)
     quota = opts.disk_mb * 1024 * 1024
     code, disk_exceeded, next_du = None, False, 0.0
     while code is None:
@@ -367,15 +421,26 @@ def init(opts, cmd: list[str], mode: str, report_fd: int) -> int:
                     continue
             time.sleep(0.02)
     # A write stopped at the size limit may end the run before a poll saw it.
-    disk_exceeded = disk_exceeded or _du(opts.workdir) >= quota
+    used = _du(opts.workdir)
+    disk_exceeded = disk_exceeded or used >= quota
     leftovers = [f"{pid}: {cmdline}" for pid, cmdline in _processes(pidns)]
     _kill_all(pidns)
     if disk_exceeded:
         leftovers = []
     os.write(report_fd, (json.dumps({"leftovers": leftovers,
-                                     "disk_exceeded": disk_exceeded}) + "\n")
+                                     "disk_exceeded": disk_exceeded,
+                                     "disk_used_mb": used >> 20}) + "\n")
              .encode())
     return code
+
+
+def _forward_stops(pid: int) -> None:
+    """SIGINT and SIGTERM reach `pid` (the launcher forwards them to the init)."""
+    def forward(signum, _frame) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signum)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, forward)
 
 
 def view_read(opts) -> list[str]:
@@ -401,6 +466,11 @@ def become_learner(opts, cmd: list[str], mode: str, report_fd: int) -> None:
     try:
         if not opts.keep_group:
             os.setsid()
+        if opts.uid:                    # its own user: no capability is left
+            _drop_capabilities()
+            os.setgroups([])
+            os.setresgid(opts.uid, opts.uid, opts.uid)
+            os.setresuid(opts.uid, opts.uid, opts.uid)
         os.chdir(opts.workdir)
         tmp = os.path.join(opts.workdir, "tmp")
         os.makedirs(tmp, exist_ok=True)
@@ -470,6 +540,13 @@ def _drop_effective_capabilities(mode: str) -> None:
            "clear ambient capabilities")
 
 
+def _hand_over(workdir: str, uid: int) -> None:
+    """The work dir and what the caller put in it become the identity's."""
+    for top, dirs, files in os.walk(workdir):
+        for name in [top, *(os.path.join(top, n) for n in dirs + files)]:
+            os.chown(name, uid, uid, follow_symlinks=False)
+
+
 def summarize(protections: dict) -> str:
     """One line: full, partial (what is missing) or none."""
     missing = []
@@ -498,10 +575,16 @@ def launch(opts, cmd: list[str]) -> int:
     cmd = [exe or cmd[0], *cmd[1:]]
     opts.redis_dir = redis_dir(opts.redis_url)
     opts.pg_dir = pg_dir(opts.pg_url)
+    opts.uid = 0
+    if opts.identity and os.geteuid() == 0:
+        opts.uid = identity_uid(opts.workdir)
+        _hand_over(opts.workdir, opts.uid)
     cgroup = Cgroup(run_id(opts.workdir))
     opts.cgroup = os.geteuid() == 0 and cgroup.setup(opts.mem_mb, opts.pids)
     opts.root = tempfile.mkdtemp(prefix="eo-root-")
-    mode = _unshare()
+    mode = _unshare(own_identity=bool(opts.identity))
+    if opts.uid and mode != "root":
+        opts.uid = 0                    # no namespaces: not worth a setuid alone
     read_end, write_end = os.pipe()
     me = os.getpid()
     pid = os.fork()
@@ -517,6 +600,7 @@ def launch(opts, cmd: list[str]) -> int:
                 os.write(2, f"sandbox: setup failed: {err!r}\n".encode())
         os._exit(code)
     os.close(write_end)
+    _forward_stops(pid)
     report: dict = {}
     with os.fdopen(read_end, "rb") as fh:
         for line in fh:                   # until the init exits
@@ -529,9 +613,14 @@ def launch(opts, cmd: list[str]) -> int:
     protections = {"landlock": report.pop("landlock", 0), "namespaces": mode,
                    "cgroup": bool(opts.cgroup), "env": "scrubbed",
                    "disk_quota_mb": opts.disk_mb}
+    if opts.identity:
+        protections["identity"] = (f"uid {opts.uid} of its own" if opts.uid else
+                                   "the caller's uid in a user namespace"
+                                   if mode == "user" else "the caller's")
     report.update(returncode=_code(status), protections=protections,
                   isolation=summarize(protections),
-                  oom_kills=cgroup.oom_kills() if opts.cgroup else 0)
+                  oom_kills=cgroup.oom_kills() if opts.cgroup else 0,
+                  mem_peak_mb=cgroup.peak_mb() if opts.cgroup else 0)
     if opts.cgroup:
         cgroup.leave()
     with contextlib.suppress(OSError):
@@ -557,6 +646,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-group", action="store_true",
                    help="stay in the caller's process group, so that stopping or "
                    "killing the caller's group stops or kills the learner too")
+    p.add_argument("--identity", metavar="NAME",
+                   help="run CMD as a user of its own named NAME (a server that "
+                   "refuses root): as root a uid no other run has, owning the "
+                   "work dir; else the caller's uid in its user namespace")
     p.add_argument("--status")
     p.add_argument("--no-exec", action="store_true",
                    help="the launcher is a fork of a warm-start server: run a "

@@ -18,7 +18,21 @@ needs and nothing else:
   the judge's tables live in a schema it cannot reach, and `public` is closed.
 
 Learner processes get only `learner_url` (the sandbox's `pg_url`); its socket
-directory is the only part of the cluster their file system view holds.
+directory is the only part of the cluster their file system view holds. The
+role's statements end after STATEMENT_TIMEOUT, a transaction left idle after
+IDLE_TIMEOUT, and a sort spills at most TEMP_FILE_LIMIT.
+
+The cluster itself runs under the confine launcher (`server.prefix`) like the
+run's Redis: a uid of its own, a cgroup capping its memory and processes, a
+disk budget for its directory, no network but its socket, Landlock, no
+capabilities. `RunDatabase.report` says which protections held and what
+budget it passed.
+
+The judge never runs what the learner defined with its own rights: it reads
+and stages through `judge_url`, the learner's own role with `pg_catalog` as
+its only search path, names every learner object with its schema, and checks
+first (`verify_tables`) that each is a plain table with no rule, no row
+security, no trigger and no column of a type the learner made.
 """
 
 from __future__ import annotations
@@ -27,23 +41,45 @@ import contextlib
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 
+from autograder.isolation import server
 from handson.infra import pg_server
 
 JUDGE_SCHEMA = "judge"
 CONNECTIONS = 64                 # the learner's logins at once
-TEMP_FILE_LIMIT = "256MB"        # what one of its sorts may spill to disk
+TEMP_FILE_LIMIT = "128MB"        # what one of its sorts may spill to disk
+STATEMENT_TIMEOUT = "30s"        # no claim or finish needs more
+IDLE_TIMEOUT = "60s"             # a transaction left open holds its locks
+MEM_MB = 768                     # the cluster's cgroup: shared buffers, backends
+PIDS = 192                       # the postmaster, its helpers, 100 backends
+DISK_MB = 512                    # its data directory, WAL included
 
 
 @dataclass
 class RunDatabase:
-    admin_url: str               # the judge's: the superuser, this run's database
+    admin_url: str               # the superuser, this run's database: setup only
     learner_url: str             # the learner's role, same database
     role: str                    # the learner's role, also its schema's name
+    report: server.Report | None = None   # the cluster's, once it stopped
+
+    @property
+    def judge_url(self) -> str:
+        """The learner's role, resolving names in `pg_catalog` alone: what the
+        judge reads and stages through."""
+        return with_options(self.learner_url, "-c search_path=pg_catalog")
+
+
+def with_options(url: str, options: str) -> str:
+    parts = urlsplit(url)
+    query = "&".join(q for q in parts.query.split("&") if q)
+    return urlunsplit(parts._replace(
+        query=f"{query}&options={quote(options)}" if query else
+        f"options={quote(options)}"))
 
 
 def _with(url: str, user: str, password: str, dbname: str) -> str:
@@ -70,8 +106,11 @@ def create(cluster_url: str) -> RunDatabase:
             "CREATE ROLE {} LOGIN PASSWORD {} NOSUPERUSER NOCREATEDB NOCREATEROLE "
             "NOREPLICATION NOBYPASSRLS NOINHERIT CONNECTION LIMIT {}").format(
                 ident, sql.Literal(password), sql.Literal(CONNECTIONS)))
-        c.execute(sql.SQL("ALTER ROLE {} SET temp_file_limit = {}").format(
-            ident, sql.Literal(TEMP_FILE_LIMIT)))
+        for name_, value in (("temp_file_limit", TEMP_FILE_LIMIT),
+                             ("statement_timeout", STATEMENT_TIMEOUT),
+                             ("idle_in_transaction_session_timeout", IDLE_TIMEOUT)):
+            c.execute(sql.SQL("ALTER ROLE {} SET {} = {}").format(
+                ident, sql.Identifier(name_), sql.Literal(value)))
         for db in (name, "postgres", "template1"):   # its own database only
             c.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(
                 sql.Identifier(db)))
@@ -90,9 +129,58 @@ def _password(url: str) -> str:
     return unquote(userinfo.partition(":")[2])
 
 
+def verify_tables(conn: psycopg.Connection, schema: str, tables) -> str:
+    """'' when each table is what the course's schema makes, else what is not.
+
+    Read from `pg_catalog` only (no learner code runs): a plain table, not a
+    view, a partitioned or foreign table; no rule (a SELECT rewritten to a
+    function), no row security, no trigger, no column of a type the learner
+    made (whose casts and operators would be the learner's functions).
+    """
+    for table in tables:
+        row = conn.execute(
+            "SELECT c.relkind, c.relhasrules, c.relrowsecurity,"
+            " (SELECT count(*) FROM pg_catalog.pg_trigger g"
+            "  WHERE g.tgrelid = c.oid AND NOT g.tgisinternal),"
+            " (SELECT count(*) FROM pg_catalog.pg_attribute a JOIN"
+            "  pg_catalog.pg_type t ON t.oid = a.atttypid WHERE a.attrelid = c.oid"
+            "  AND a.attnum > 0 AND t.typnamespace <>"
+            "  'pg_catalog'::pg_catalog.regnamespace)"
+            " FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+            (schema, table)).fetchone()
+        if row is None:
+            return f"there is no table {table}"
+        kind, rules, rls, triggers, own_types = row
+        what = {"v": "a view", "m": "a materialized view", "p": "partitioned",
+                "f": "a foreign table"}.get(kind, "")
+        if kind != "r" or rules or rls or triggers or own_types:
+            why = what or ("it has a rule" if rules else "it has row security"
+                           if rls else "it has a trigger" if triggers else
+                           "a column has a type of your own")
+            return (f"{table} is not the plain table the queue's schema makes "
+                    f"({why}); the grader reads only plain tables")
+    return ""
+
+
 @contextlib.contextmanager
 def run_database() -> Iterator[RunDatabase]:
-    """A throwaway cluster (never DATABASE_URL: the judge must own the server)
-    with one run's database; all deleted afterwards."""
-    with pg_server.throwaway_postgres() as cluster:
-        yield create(cluster)
+    """One run's database on a cluster of its own under the confine launcher
+    (never DATABASE_URL: the judge must own the server); all deleted
+    afterwards, and `.report` set to what the launcher said of the cluster."""
+    status: dict = {}
+
+    def launcher(home: str) -> list[str]:
+        status["path"] = Path(home).with_suffix(".status.json")
+        return server.prefix(home, status["path"], MEM_MB, PIDS, DISK_MB,
+                             identity="postgres")
+    pg = pg_server.Server(launcher=launcher).start()
+    db = None
+    try:
+        db = create(pg.url)
+        yield db
+    finally:
+        pg.stop()
+        report = server.Report("PostgreSQL", status["path"], MEM_MB, DISK_MB)
+        if db is not None:
+            db.report = report

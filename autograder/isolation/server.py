@@ -1,4 +1,9 @@
-"""The run's Redis, inside the sandbox like the learner's code.
+"""The run's servers, inside the sandbox like the learner's code.
+
+Every server a learner's code reaches starts through `prefix` (the confine
+launcher with a cgroup, a disk budget and, for a server that refuses root, an
+identity of its own), and reports which protections held through `Report`:
+the run's Redis here (`ConfinedRedis`), its PostgreSQL in `pg_run`.
 
 Anything the learner's code can talk to is as untrusted as that code. A grading
 run's `redis-server` obeys its clients, and its Lua interpreter is one more
@@ -23,6 +28,7 @@ import contextlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import redis
 
@@ -32,6 +38,45 @@ from handson.redis_server import EmbeddedRedis, refused
 MEM_MB = 512          # the server's cgroup: its data, Lua, buffers
 MAXMEMORY_MB = 256    # what Redis lets the data grow to; then writes are refused
 DISK_MB = 256
+
+
+def prefix(workdir, status, mem_mb: int, pids: int, disk_mb: int,
+           identity: str | None = None) -> list[str]:
+    """The argv prefix that starts one server confined in `workdir`."""
+    argv = [sys.executable, "-m", "autograder.isolation.confine", "--workdir",
+            str(workdir), "--mem-mb", str(mem_mb), "--pids", str(pids),
+            "--disk-mb", str(disk_mb), "--status", str(status)]
+    return argv + (["--identity", identity] if identity else []) + ["--"]
+
+
+class Report:
+    """What the launcher said of a server once it stopped."""
+
+    def __init__(self, name: str, status: Path, mem_mb: int, disk_mb: int):
+        self.name, self.mem_mb, self.disk_mb = name, mem_mb, disk_mb
+        self.data: dict = {}
+        with contextlib.suppress(OSError, ValueError):
+            self.data = json.loads(status.read_text())
+        with contextlib.suppress(OSError):
+            status.unlink()
+        self.protections: dict = self.data.get("protections", {})
+        self.isolation: str = self.data.get("isolation", "none")
+        if self.protections.get("identity"):
+            self.isolation += f"; runs as {self.protections['identity']}"
+
+    def problems(self) -> list[str]:
+        """One line per budget the server passed, naming what it used."""
+        out = []
+        if self.data.get("disk_exceeded"):
+            out.append(f"the run's {self.name} passed its disk budget of "
+                       f"{self.disk_mb} MB (it held "
+                       f"{self.data.get('disk_used_mb', '?')} MB): it was stopped, "
+                       "and every check that needed it after that failed")
+        if self.data.get("oom_kills"):
+            out.append(f"the run's {self.name} passed its memory cap of "
+                       f"{self.mem_mb} MB (peak {self.data.get('mem_peak_mb', '?')} "
+                       f"MB; {self.data['oom_kills']} of its processes killed)")
+        return out
 
 
 class ConfinedRedis(EmbeddedRedis):
@@ -44,10 +89,7 @@ class ConfinedRedis(EmbeddedRedis):
         self.isolation = "none"
 
     def _args(self) -> list[str]:
-        launcher = [sys.executable, "-m", "autograder.isolation.confine", "--workdir",
-                    str(self.dir), "--mem-mb", str(MEM_MB), "--pids", "64",
-                    "--disk-mb", str(DISK_MB), "--status", str(self.status), "--"]
-        return launcher + super()._args()
+        return prefix(self.dir, self.status, MEM_MB, 64, DISK_MB) + super()._args()
 
     def refusals(self) -> list[str]:
         """One line per command the learner's code was refused (none: [])."""
@@ -76,12 +118,8 @@ class ConfinedRedis(EmbeddedRedis):
                 proc.wait(timeout=5)
         super().stop()
         sandbox.cleanup(self.dir)
-        with contextlib.suppress(OSError, ValueError):
-            report = json.loads(self.status.read_text())
-            self.protections = report.get("protections", {})
-            self.isolation = report.get("isolation", "none")
-        with contextlib.suppress(OSError):
-            self.status.unlink()
+        report = Report("Redis", self.status, MEM_MB, DISK_MB)
+        self.protections, self.isolation = report.protections, report.isolation
 
 
 def start() -> ConfinedRedis:

@@ -82,6 +82,7 @@ class Evaluation:
     invariants: dict = field(default_factory=dict)
     replay: str = ""
     efficiency: dict = field(default_factory=dict)   # handson.queues.cost.compare
+    servers: dict = field(default_factory=dict)      # other servers' protections
 
 
 def round_trips(check: Check, data: dict | None, err: str, expected: str,
@@ -151,6 +152,7 @@ class GradeResult:
     quick: bool = False
     isolation: str = ""          # which sandbox protections held: full / partial / none
     server_isolation: str = ""   # the same for the run's Redis server
+    servers: dict = field(default_factory=dict)   # every server's: name -> that
     notes: list[str] = field(default_factory=list)   # e.g. test cells restored
     efficiency: dict = field(default_factory=dict)   # shown beside the reference
 
@@ -175,7 +177,7 @@ class GradeResult:
                 "invariants": {f"{k}_ok": v for k, v in self.invariants.items()},
                 "replay": self.replay, "isolation": self.isolation,
                 "server_isolation": self.server_isolation,
-                "efficiency": self.efficiency,
+                "servers": self.servers, "efficiency": self.efficiency,
                 "checks": [dict(asdict(o), points=o.points) for o in self.outcomes]}
         return json.dumps(data, indent=2)
 
@@ -197,8 +199,9 @@ class GradeResult:
                      f"  ({self.elapsed_s:.1f} s)")
         if self.isolation:
             lines.append(f"  isolation: {self.isolation}")
-        if self.server_isolation:
-            lines.append(f"  the run's Redis server: {self.server_isolation}")
+        for name, held in (self.servers or {"Redis": self.server_isolation}).items():
+            if held:
+                lines.append(f"  the run's {name} server: {held}")
         if self.invariants:
             lines.append("")
             lines.append("  chaos invariants: " + ", ".join(

@@ -20,7 +20,11 @@ code logs in as a role that owns one schema and nothing else
 - a chaos run (`handson.chaos --tx-effect`, no dedup key): workers SIGKILLed at
   random and right after their commit; nothing lost, no effect twice.
 
-The judge reads the learner's tables with the superuser, as the issue accepts.
+The judge never reads as the superuser: its connection is the learner's own
+role with `pg_catalog` as its only search path (`pg_run.RunDatabase.judge_url`),
+every table is named with the learner's schema, and each read first locks the
+tables and checks they are plain ones (`pg_run.verify_tables`), so no view,
+rule or function of the learner's runs with more than the learner's rights.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ NOTEBOOK_TIMEOUT_S = 120
 STAGED_TIMEOUT_S = 90
 CHAOS_TIMEOUT_S = 150
 BLOCKED_S = 3.0                     # a claim still waiting after this is blocked
-JUDGE_ENV = "EO_JUDGE_PG_URL"       # the harness's, never a learner process's
+JUDGE_ENV = "EO_JUDGE_PG_URL"       # the harness's (the learner's role)
 ONE_TX = ("run the effect's INSERT and the ack's UPDATE in ONE transaction "
           "(`with c.transaction():`), and raise or roll back when the ack "
           "matches no row")
@@ -78,12 +82,39 @@ def chaos_args(seed: int = 1) -> list[str]:
 
 # --- the harness (trusted; runs the learner's functions in confined hosts) --------
 
+READ = ("pgq_jobs", "pgq_scores")
+
+
+class Judge:
+    """The harness's connection (the learner's role): every statement names the
+    learner's tables by schema, after checking them in the same transaction."""
+
+    def __init__(self, conn, schema: str):
+        self.conn, self.schema = conn, schema
+
+    def execute(self, query: str, params=()):
+        from psycopg import sql
+
+        names = {t.removeprefix("pgq_"): sql.Identifier(self.schema, t)
+                 for t in READ}
+        with self.conn.transaction():
+            self.conn.execute(sql.SQL("LOCK TABLE {}, {} IN ACCESS SHARE MODE")
+                              .format(*names.values()))
+            wrong = pg_run.verify_tables(self.conn, self.schema, READ)
+            if wrong:
+                raise RuntimeError(wrong)
+            return self.conn.execute(sql.SQL(query).format(**names), params)
+
+    def transaction(self):
+        return self.conn.transaction()
+
+
 def _claim_oldest(q, judge) -> dict:
     for i in (1, 2, 3):
         q.enqueue(None, {"doc_id": i}, f"j{i}")
     claims = [q.claim(None, 30.0) for _ in range(4)]
     lease = judge.execute("SELECT extract(epoch FROM lease_until - "
-                          "clock_timestamp()) FROM pgq_jobs WHERE id = 'j1'"
+                          "clock_timestamp()) FROM {jobs} WHERE id = 'j1'"
                           ).fetchone()[0]
     return {"claims": [list(c) if c else None for c in claims],
             "lease_left_s": None if lease is None else float(lease)}
@@ -101,7 +132,7 @@ def _skip_locked(q, judge) -> dict:
             got["error"] = f"{type(err).__name__}: {err}"
 
     with judge.transaction():
-        judge.execute("SELECT 1 FROM pgq_jobs WHERE id = 'j1' FOR UPDATE")
+        judge.execute("SELECT 1 FROM {jobs} WHERE id = 'j1' FOR UPDATE")
         t = threading.Thread(target=claim, daemon=True)
         start = time.monotonic()
         t.start()
@@ -117,12 +148,12 @@ def _skip_locked(q, judge) -> dict:
 
 
 def _scores(judge, job: str) -> int:
-    return judge.execute("SELECT count(*) FROM pgq_scores WHERE job_id = %s",
+    return judge.execute("SELECT count(*) FROM {scores} WHERE job_id = %s",
                          (job,)).fetchone()[0]
 
 
 def _state(judge, job: str) -> str:
-    return judge.execute("SELECT state FROM pgq_jobs WHERE id = %s",
+    return judge.execute("SELECT state FROM {jobs} WHERE id = %s",
                          (job,)).fetchone()[0]
 
 
@@ -146,14 +177,14 @@ def _effect_fails(q, judge) -> dict:
     job = q.claim(None, 30.0)
     if not job:
         return {"error": "claim returned None with one job pending"}
-    judge.execute("ALTER TABLE pgq_scores ADD CONSTRAINT judge_refuses "
+    judge.execute("ALTER TABLE {scores} ADD CONSTRAINT judge_refuses "
                   "CHECK (job_id <> 'j1')")
     try:
         returned = repr(q.finish(None, "j1", job[2], 1, 0.5))
     except Exception as err:                # noqa: BLE001 - what we want
         returned = f"raised {type(err).__name__}"
     state = _state(judge, "j1")
-    judge.execute("ALTER TABLE pgq_scores DROP CONSTRAINT judge_refuses")
+    judge.execute("ALTER TABLE {scores} DROP CONSTRAINT judge_refuses")
     return {"returned": returned, "state": state}
 
 
@@ -170,8 +201,8 @@ def harness(path: str, schema: str) -> None:
     from handson.queues.contract import load_queue
 
     q = load_queue(path)
-    with psycopg.connect(os.environ[JUDGE_ENV], autocommit=True) as judge:
-        judge.execute(f'SET search_path = "{schema}"')
+    with psycopg.connect(os.environ[JUDGE_ENV], autocommit=True) as conn:
+        judge = Judge(conn, schema)
         for name, case in CASES.items():
             try:
                 q.reset(None)
@@ -188,7 +219,7 @@ def observe(path: str, redis_url: str, db: pg_run.RunDatabase,
     """The staged cases and the chaos run on the learner's module, as data."""
     env = queue_runs.learner_env(path, redis_url, queue_runs.kernel_imports(),
                                  db.learner_url)
-    env[JUDGE_ENV] = db.admin_url
+    env[JUDGE_ENV] = db.judge_url
     workdir = Path(path).parent
     try:
         fin = sandbox.run([sys.executable, "-m", __name__, path, db.role],
@@ -340,7 +371,9 @@ def evaluate_file(path: str, redis_url: str, quick: bool = False,
         why = f"no PostgreSQL to grade on: {err}"
         return Evaluation(not_run(CHECKS, why), [why])
     problems = [obs["error"]] if "error" in obs else []
-    return Evaluation(judge(obs), problems)
+    problems += db.report.problems()
+    return Evaluation(judge(obs), problems,
+                      servers={"PostgreSQL": db.report.isolation})
 
 
 # --- the grader side and the notebook side --------------------------------

@@ -115,6 +115,9 @@ def page(result: GradeResult) -> str:
                          for o in result.outcomes if not o.ok)
     pictures = figures(result.outcomes)
     cost = efficiency(result.efficiency, result.score == result.max_score)
+    servers = "; ".join(
+        f"the run's {escape(name)} server: {escape(held or '?')}" for name, held in
+        (result.servers or {"Redis": result.server_isolation}).items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>{escape(result.assignment)}: {result.score}/{result.max_score}</title>
@@ -130,7 +133,6 @@ def page(result: GradeResult) -> str:
 {"<h2>What your queue costs</h2>" + cost if cost else ""}
 {f"<p>Replay the chaos run: <code>{escape(result.replay)}</code></p>"
  if result.replay else ""}
-<p><small>isolation: {escape(result.isolation or "?")}; the run's Redis server:
-{escape(result.server_isolation or "?")}</small></p>
+<p><small>isolation: {escape(result.isolation or "?")}; {servers}</small></p>
 </body></html>
 """
