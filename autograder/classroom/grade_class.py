@@ -26,6 +26,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -302,10 +303,23 @@ def _client(workers: int, scheduler: str | None):
                      "distributed.worker.daemon": False,
                      "distributed.logging.distributed": "error"})
     if scheduler:
-        return Client(scheduler, timeout=30), None
+        return Client(scheduler, timeout=30), None, None
+    # The workers' scratch space goes with the cluster (`_close`), not left in
+    # the temporary directory.
+    scratch = tempfile.mkdtemp(prefix="dask-")
+    dask.config.set({"temporary-directory": scratch})
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=40)
-    return Client(cluster), cluster
+                           dashboard_address=None, silence_logs=40,
+                           local_directory=scratch)
+    return Client(cluster), cluster, scratch
+
+
+def _close(client, cluster, scratch: str | None) -> None:
+    client.close()
+    if cluster is not None:
+        cluster.close()
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _bar(done: int, total: int, running: int, failed: int, start: float) -> str:
@@ -415,7 +429,7 @@ def _grade_todo(todo, run: ClassRun, ledger: Ledger, graders, quick: bool,
     """Hand every submission in `todo` to the Dask workers; record each grade."""
     from distributed import wait
 
-    client, cluster = _client(run.workers, scheduler)
+    client, cluster, scratch = _client(run.workers, scheduler)
     left = None
     try:
         futures = {client.submit(grade_job, s.assignment, s.path.read_bytes(),
@@ -451,9 +465,7 @@ def _grade_todo(todo, run: ClassRun, ledger: Ledger, graders, quick: bool,
                 say(_bar(state[0] + state[2], len(todo), processing,
                          state[2], start))
     finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        _close(client, cluster, scratch)
     if left:
         _grade_todo(left, run, ledger, graders, quick, scheduler, say, start,
                     restarts + 1)
