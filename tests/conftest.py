@@ -4,6 +4,10 @@ With REDIS_URL set the tests use that server and FLUSHALL it: point it at a
 scratch instance.
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 from cdp import find_chromium
 
@@ -32,3 +36,15 @@ def chromium():
         pytest.skip("chromium is not installed (CI installs it with .ci/services; "
                     "Debian: apt-get install chromium)")
     return binary
+
+
+@pytest.fixture
+def cpu_hog():
+    """One busy process per core, for the length of the test (outside any
+    grading run's cgroup: the machine's load, not the learner's)."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"])
+            for _ in range(os.cpu_count() or 1)]
+    yield hogs
+    for p in hogs:
+        p.kill()
+        p.wait()

@@ -19,21 +19,6 @@ from handson.book import lease_timeline
 from handson.queues import streams_log
 from handson.queues.checks import run_checks
 
-HOG = "while True:\n    pass\n"
-
-
-@pytest.fixture
-def cpu_hog():
-    """One busy process per core, for the length of the test."""
-    import os
-
-    hogs = [subprocess.Popen([sys.executable, "-c", HOG])
-            for _ in range(os.cpu_count() or 1)]
-    yield hogs
-    for p in hogs:
-        p.kill()
-        p.wait()
-
 
 def test_heartbeat_leaves_no_duplicate_beside_a_hog(cpu_hog, redis_url):
     exp = breakit.lease("small", url=redis_url)

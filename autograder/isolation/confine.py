@@ -2,13 +2,13 @@
 
     python -m autograder.isolation.confine --workdir W [--read PATH]...
         [--redis-url URL] [--pg-url URL]
-        [--mem-mb N] [--pids N] [--disk-mb N] [--env K=V]... [--pass NAME]...
-        [--keep-group] [--identity NAME] [--status F] -- CMD...
+        [--mem-mb N] [--pids N] [--cpus N] [--disk-mb N] [--env K=V]...
+        [--pass NAME]... [--keep-group] [--identity NAME] [--status F] -- CMD...
 
 Three processes, only the last runs learner code:
 
-- the launcher puts itself in the run's cgroup (one memory and process cap for
-  every learner process of a grading run, named after the work dir), enters new
+- the launcher puts itself in the run's cgroup (one memory, process and CPU cap
+  for every learner process of a grading run, named after the work dir), enters new
   mount, PID, network and IPC namespaces, and waits;
 - the namespace's init (PID 1) builds a file system view that holds only the
   Python installation, system libraries, the explicit read paths (read-only),
@@ -130,33 +130,62 @@ def pg_dir(pg_url: str | None) -> str | None:
     return host if host.startswith("/") else None
 
 
-# --- the run's cgroup (v1 memory + pids) --------------------------------------------
+# --- the run's cgroup (v1 memory + pids; v1 or v2 cpu) ---------------------------
+
+CPU_PERIOD_US = 100_000
+# The weight of a run's whole cgroup beside one judge process (1024, v1; 100,
+# v2): a learner's load never holds the judge's reaper or its harnesses.
+CPU_SHARES, CPU_WEIGHT = 128, 12
+
 
 class Cgroup:
-    """One memory and one pids cgroup for a run, under the launcher's own."""
+    """One memory, pids and CPU cgroup for a run, under the launcher's own.
+
+    The CPU cap (`cpus`) and low weight keep the learner's processes from
+    starving the judge; the CPU they used is counted (`cpu_ns`), so a judge
+    can tell a machine's load from the one the learner made.
+    """
 
     def __init__(self, name: str):
         self.dirs: dict[str, Path] = {}
         self.parents: dict[str, Path] = {}
+        self.cpu_capped = False
         own = {}
         with contextlib.suppress(OSError):
             for line in Path("/proc/self/cgroup").read_text().splitlines():
                 _, ctrls, path = line.split(":", 2)
                 for c in ctrls.split(","):
                     own[c] = path
-        for ctrl in ("memory", "pids"):
+        for ctrl in ("memory", "pids", "cpu", "cpuacct"):
             base = CGROUP_ROOT / ctrl
             if ctrl in own and (base / "cgroup.procs").exists():
                 parent = base / own[ctrl].lstrip("/")
                 self.parents[ctrl] = parent
                 self.dirs[ctrl] = parent / name
+        unified = self._unified(own.get(""))
+        if "cpu" not in self.dirs and unified is not None:
+            self.parents["cpu2"] = unified
+            self.dirs["cpu2"] = unified / name
 
-    def setup(self, mem_mb: int, pids: int) -> bool:
-        """Create, limit and join; False (and nothing left) when not possible."""
+    @staticmethod
+    def _unified(path: str | None) -> Path | None:
+        """The v2 cgroup we are in, if its children may have the cpu controller."""
+        if path is None:
+            return None
+        for base in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
+            parent = base / path.lstrip("/")
+            with contextlib.suppress(OSError):
+                if "cpu" in (parent / "cgroup.controllers").read_text().split():
+                    return parent
+        return None
+
+    def setup(self, mem_mb: int, pids: int, cpus: float = 0.0) -> bool:
+        """Create, limit and join; False (and nothing left) when not possible.
+        The CPU cap is set when `cpus` > 0 and the machine has the controller."""
         try:
             for d in self.dirs.values():
                 d.mkdir(exist_ok=True)
-            if len(self.dirs) < 2:
+            if "memory" not in self.dirs or "pids" not in self.dirs:
                 raise OSError("no memory and pids controllers")
             mem = self.dirs["memory"]
             limit = str(mem_mb * 1024 * 1024)
@@ -164,12 +193,51 @@ class Cgroup:
             with contextlib.suppress(OSError):
                 (mem / "memory.memsw.limit_in_bytes").write_text(limit)
             (self.dirs["pids"] / "pids.max").write_text(str(pids))
+            self.cpu_capped = cpus > 0 and self._cap(cpus)
             for d in self.dirs.values():
                 (d / "cgroup.procs").write_text(str(os.getpid()))
             return True
         except OSError:
             self.leave()
             return False
+
+    def _cap(self, cpus: float) -> bool:
+        quota = max(1000, int(cpus * CPU_PERIOD_US))
+        with contextlib.suppress(OSError):
+            if "cpu" in self.dirs:
+                d = self.dirs["cpu"]
+                (d / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+                (d / "cpu.cfs_quota_us").write_text(str(quota))
+                (d / "cpu.shares").write_text(str(CPU_SHARES))
+                return True
+            if "cpu2" in self.dirs:
+                ctl = self.parents["cpu2"] / "cgroup.subtree_control"
+                if "cpu" not in ctl.read_text().split():
+                    ctl.write_text("+cpu")
+                d = self.dirs["cpu2"]
+                (d / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+                (d / "cpu.weight").write_text(str(CPU_WEIGHT))
+                return True
+        return False
+
+    def cpu_ns(self) -> tuple[int, int] | None:
+        """(CPU used, time throttled at the cap) by the run's processes so far,
+        in nanoseconds; None where neither is counted."""
+        used = throttled = None
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            if "cpu2" in self.dirs:
+                stat = self._stat(self.dirs["cpu2"] / "cpu.stat")
+                used = stat["usage_usec"] * 1000
+                throttled = stat.get("throttled_usec", 0) * 1000
+            else:
+                used = int((self.dirs["cpuacct"] / "cpuacct.usage").read_text())
+                throttled = self._stat(self.dirs["cpu"] / "cpu.stat")["throttled_time"]
+        return None if used is None else (used, throttled or 0)
+
+    @staticmethod
+    def _stat(path: Path) -> dict[str, int]:
+        return {k: int(v) for k, v in (ln.split() for ln in
+                                       path.read_text().splitlines())}
 
     def oom_kills(self) -> int:
         with contextlib.suppress(OSError, KeyError, ValueError):
@@ -580,7 +648,8 @@ def launch(opts, cmd: list[str]) -> int:
         opts.uid = identity_uid(opts.workdir)
         _hand_over(opts.workdir, opts.uid)
     cgroup = Cgroup(run_id(opts.workdir))
-    opts.cgroup = os.geteuid() == 0 and cgroup.setup(opts.mem_mb, opts.pids)
+    opts.cgroup = os.geteuid() == 0 and cgroup.setup(opts.mem_mb, opts.pids,
+                                                     opts.cpus)
     opts.root = tempfile.mkdtemp(prefix="eo-root-")
     mode = _unshare(own_identity=bool(opts.identity))
     if opts.uid and mode != "root":
@@ -612,6 +681,7 @@ def launch(opts, cmd: list[str]) -> int:
     _, status = os.waitpid(pid, 0)
     protections = {"landlock": report.pop("landlock", 0), "namespaces": mode,
                    "cgroup": bool(opts.cgroup), "env": "scrubbed",
+                   "cpu_cap": opts.cpus if cgroup.cpu_capped else 0,
                    "disk_quota_mb": opts.disk_mb}
     if opts.identity:
         protections["identity"] = (f"uid {opts.uid} of its own" if opts.uid else
@@ -621,6 +691,10 @@ def launch(opts, cmd: list[str]) -> int:
                   isolation=summarize(protections),
                   oom_kills=cgroup.oom_kills() if opts.cgroup else 0,
                   mem_peak_mb=cgroup.peak_mb() if opts.cgroup else 0)
+    used = cgroup.cpu_ns() if opts.cgroup else None
+    if used:                # the whole run's, this process's and its siblings'
+        report.update(cpu_s=round(used[0] / 1e9, 3),
+                      cpu_throttled_s=round(used[1] / 1e9, 3))
     if opts.cgroup:
         cgroup.leave()
     with contextlib.suppress(OSError):
@@ -638,6 +712,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pg-url", help="a PostgreSQL URL on a Unix socket: its "
                    "directory is in the view, the URL in DATABASE_URL and PGQ_URL")
     p.add_argument("--mem-mb", type=int, default=2048)
+    p.add_argument("--cpus", type=float, default=0.0,
+                   help="cap the run's processes to this many CPUs (0: no cap)")
     p.add_argument("--pids", type=int, default=512)
     p.add_argument("--disk-mb", type=int, default=512)
     p.add_argument("--env", action="append", default=[])

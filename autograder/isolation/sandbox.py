@@ -46,6 +46,9 @@ DEFAULT_MEM_MB = 3072          # per process (address space), as a last resort
 TREE_MEM_MB = 2048             # one memory cap for all learner processes of a run
 TREE_PIDS = 512                # one cap on their processes and threads
 DISK_MB = 512                  # the run's work dir may not grow past this
+# The CPUs all learner processes of a run share: half the machine, so the
+# judge's harnesses and reaper always have the rest.
+TREE_CPUS = max(0.5, (os.cpu_count() or 2) / 2)
 
 
 @dataclass
@@ -259,7 +262,7 @@ def _prefix(workdir, redis_url, read_paths, env: dict, status: str | None = None
             passenv: tuple[str, ...] = (), pg_url: str | None = None) -> list[str]:
     prefix = [sys.executable, "-m", "autograder.isolation.confine",
               "--workdir", str(workdir), "--mem-mb", str(mem_mb or TREE_MEM_MB),
-              "--pids", str(TREE_PIDS),
+              "--pids", str(TREE_PIDS), "--cpus", str(TREE_CPUS),
               "--disk-mb", str(disk_mb or DISK_MB)]
     if redis_url:                   # learner code gets the learner's user only
         # Imported here: the supervisor (`main`) never needs the Redis client,

@@ -42,9 +42,9 @@ import tempfile
 import threading
 import time
 import traceback
-import uuid
 from pathlib import Path
 
+from autograder.isolation import confine
 from handson.faults.server_clock import ServerClock
 from handson.infra import learner_host, remote_module
 from handson.infra.schedstat import Waits
@@ -61,6 +61,11 @@ LONG_JOBS = 4
 FREEZE_S = 1.0                    # five leases
 FROZEN_WORK_S = 2.0               # still working when it wakes up
 FINAL_RUNS = 3
+TICK_S = 0.01                     # one step of the stand-in work
+# The CPU a run's learner processes may use, on average over a long_jobs run,
+# and still have the machine's load excuse a lost lease: two correct hosts
+# beating use a few hundredths of one CPU.
+LEARNER_SHARE = 0.25
 
 
 def _log(path: Path, **event) -> None:
@@ -95,12 +100,11 @@ def worker(module: str, url: str, db: str, events: Path, max_jobs: int,
         job_id, _, attempt = job
         _log(events, ev="claim", pid=pid, job=job_id, attempt=attempt)
 
-        held, error, notes = _heartbeat(q, r, job_id, attempt, ("module", {}),
-                                        ("work", {"seconds": work_s}), lease_s)
-        stopped_at = notes.get("work", {}).get("stopped_at")
-        if stopped_at is not None:
+        work = Work(work_s)
+        held, error = _heartbeat(q, r, job_id, attempt, None, work, lease_s)
+        if work.stopped_at is not None:
             _log(events, ev="stopped", pid=pid, job=job_id, attempt=attempt,
-                 t=stopped_at)
+                 t=work.stopped_at)
         if error:
             _log(events, ev="error", pid=pid, job=job_id, attempt=attempt, error=error)
             held = False
@@ -116,31 +120,88 @@ def worker(module: str, url: str, db: str, events: Path, max_jobs: int,
     _log(events, ev="exit", pid=pid)
 
 
-def _heartbeat(q, r, job_id: str, attempt: int, queue: tuple, work: tuple,
+class Work:
+    """The work a heartbeat guards, timed and counted here: the learner's
+    process only asks for each step and says whether it was told to stop.
+    Counted in steps, not by the clock, so a worker frozen with SIGSTOP (this
+    process with it) has as much work left when it wakes as when it froze."""
+
+    def __init__(self, seconds: float):
+        self.left = max(1, round(seconds / TICK_S))
+        self.stopped_at: float | None = None
+
+    def step(self, stopped: bool) -> bool:
+        if stopped:
+            self.stopped_at = self.stopped_at or time.monotonic()
+            return False
+        if self.left <= 0:
+            return False
+        time.sleep(TICK_S)
+        self.left -= 1
+        return True
+
+
+class Refusing:
+    """A queue whose extend says yes `grant` times, then no; counted here."""
+
+    def __init__(self, grant: int):
+        self.grant, self.calls = grant, 0
+
+    def extend(self) -> bool:
+        self.calls += 1
+        return self.calls <= self.grant
+
+
+class LostAtTheEnd:
+    """A queue whose extend says yes while its work runs, no after, and that
+    work: it ends just after a heartbeat was granted (or after `seconds`
+    without one), and the lease is gone as it ends. The next heartbeat is a
+    whole interval away, so only a check made after the work returns sees the
+    loss; a beat landing in between would hide a missing check."""
+
+    def __init__(self, seconds: float):
+        self.until = time.monotonic() + seconds
+        self.done, self.beat = False, False
+        self.during = self.after = 0
+
+    def extend(self) -> bool:
+        if self.done:
+            self.after += 1
+            return False
+        self.during += 1
+        self.beat = True
+        return True
+
+    def step(self, stopped: bool) -> bool:
+        if self.beat or time.monotonic() >= self.until:
+            self.done = True
+            return False
+        time.sleep(TICK_S)
+        return True
+
+
+def _heartbeat(q, r, job_id: str, attempt: int, queue, work,
                lease_s: float = LEASE_S):
-    """run_with_heartbeat on stand-ins (`learner_host.standin`): `queue` and
-    `work` are (kind, params), kind "module" the learner's module. They are made
-    in the learner's process when the module runs there, else here; so both
-    ways judge the same work. -> (held, error, the stand-ins' notes by kind)."""
+    """run_with_heartbeat on the judge's stand-ins: `queue` None (the learner's
+    module) or a double with extend(), `work` one with step(stopped). In a host
+    the learner's process gets proxies that call back here, so each count the
+    judge reads stays in this process. -> (held, error)"""
     remote = isinstance(q, remote_module.RemoteModule)
-    notes: list[dict] = []
 
-    def made(kind: str, params: dict):
+    def made(kind: str, judge, method: str):
         if remote:
-            return remote_module.Local(kind, **params)
-        if kind == "module":
-            return q
-        obj, note = learner_host.standin(kind, **params)
-        notes.append(note)
-        return obj
+            return remote_module.Local(kind, caller=remote_module.Caller(
+                judge, methods=(method,)))
+        return learner_host.standin(kind, caller=judge)[0]
 
+    queue = q if queue is None else made("queue_double", queue, "extend")
     try:
-        held = q.run_with_heartbeat(r, made(*queue), job_id, attempt, lease_s,
-                                    made(*work))
+        held = q.run_with_heartbeat(r, queue, job_id, attempt, lease_s,
+                                    made("work", work, "step"))
         error = ""
     except Exception as err:  # noqa: BLE001 - the learner's code
         held, error = None, f"{type(err).__name__}: {err}"
-    return held, error, {n["kind"]: n for n in (q.notes() if remote else notes)}
+    return held, error
 
 
 def _spawn(module: str, url: str, db: str, events: Path, max_jobs: int,
@@ -213,6 +274,16 @@ class _Reaper(threading.Thread):
                     self.took.append(time.monotonic())
 
 
+def learner_cpu() -> tuple[int, int] | None:
+    """(CPU used, time throttled at the cap) so far by the learner processes
+    of this grading run (its cgroup), in ns; None outside the grader."""
+    prefix = remote_module.prefix_from_env()
+    workdir = remote_module.confined_workdir(prefix) if prefix else None
+    if workdir is None:
+        return None
+    return confine.Cgroup(confine.run_id(workdir)).cpu_ns()
+
+
 def long_jobs(module: str, url: str, tmp: Path) -> dict:
     q, r = load_queue(module), connect(url)
     r.flushdb()
@@ -221,12 +292,14 @@ def long_jobs(module: str, url: str, tmp: Path) -> dict:
         q.enqueue(r, {"doc_id": i}, f"long-{i}")
     reaper = _Reaper(q, r)
     reaper.start()
+    cpu_before, started = learner_cpu(), time.monotonic()
     with Waits() as waits:
         procs = [_spawn(module, url, db, events, LONG_JOBS, 3.0, WORK_S, LONG_LEASE_S)
                  for _ in range(2)]
         errors = _wait(procs, 60)
         reaper.halt.set()
         reaper.join(5)
+    cpu_after, elapsed = learner_cpu(), time.monotonic() - started
     # The workers (and their hosts) waiting for a CPU in the lease before a
     # reap took it back: the machine held the heartbeat, not the module. The
     # kernel counts a wait when the thread next runs, so a lease on is looked at.
@@ -243,7 +316,28 @@ def long_jobs(module: str, url: str, tmp: Path) -> dict:
             "jobs": LONG_JOBS,
             "clock_gained_ms": round(reaper.clock.gained_ns() / 1e6, 1),
             "stall_ms": round(reaper.stall_s * 1000, 1),
-            "held_ms": round(held * 1000, 1)}
+            "held_ms": round(held * 1000, 1), "run_ms": round(elapsed * 1000),
+            **_learner_load(cpu_before, cpu_after)}
+
+
+def _learner_load(before, after) -> dict:
+    if before is None or after is None:
+        return {}
+    return {"learner_cpu_ms": round((after[0] - before[0]) / 1e6, 1),
+            "learner_throttled_ms": round((after[1] - before[1]) / 1e6, 1)}
+
+
+def own_load(run: dict) -> str:
+    """The load the learner's own processes made in the run ('' if none to
+    speak of): a machine they loaded excuses nothing."""
+    cpu_ms = run.get("learner_cpu_ms", 0)
+    if run.get("learner_throttled_ms", 0) > 0:
+        return (f"your processes used {cpu_ms:.0f} ms of CPU, up to the run's cap "
+                f"(held there {run['learner_throttled_ms']:.0f} ms)")
+    if cpu_ms > LEARNER_SHARE * run.get("run_ms", 0):
+        return (f"your processes used {cpu_ms:.0f} ms of CPU in "
+                f"{run['run_ms']} ms")
+    return ""
 
 
 def _set_aside(run: dict) -> str:
@@ -254,6 +348,8 @@ def _set_aside(run: dict) -> str:
     (it may have held the beating thread longer): the lease ran out through no
     fault of theirs.
     """
+    if own_load(run):
+        return ""
     if run.get("clock_gained_ms", 0) >= LONG_LEASE_S * 1000 / 3:
         return f"the Redis server's clock gained {run['clock_gained_ms']:.0f} ms"
     if run.get("requeued") and run.get("stall_ms", 0) >= LONG_LEASE_S * 1000 / 3:
@@ -262,10 +358,17 @@ def _set_aside(run: dict) -> str:
 
 
 def _held(run: dict) -> str:
-    """The kernel's word that the machine held the workers as a lease was lost."""
+    """The kernel's word that the machine, not the learner's own processes,
+    held the workers as a lease was lost, or held the reaper so long that it
+    could not have seen a lease run out."""
+    if own_load(run):
+        return ""
     if run.get("requeued") and run.get("held_ms", 0) >= LONG_LEASE_S * 1000 / 3:
         return (f"the workers waited {run['held_ms']:.0f} ms for a CPU in the "
                 "lease before a reap took it back")
+    if run.get("stall_ms", 0) >= (WORK_S - LONG_LEASE_S) * 1000:
+        return (f"the machine held the grader's reaper for {run['stall_ms']:.0f} "
+                "ms: it could not have seen a lease run out")
     return ""
 
 
@@ -351,14 +454,14 @@ def _stops(q, r) -> dict:
     """A queue whose extend says yes twice, then no, on a work of 3 s."""
     before = _threads(q)
     start = time.monotonic()
-    held, error, notes = _heartbeat(q, r, "job-x", 1, ("refusing_queue", {"grant": 2}),
-                                    ("work", {"seconds": 3.0}))
+    queue, work = Refusing(grant=2), Work(3.0)
+    held, error = _heartbeat(q, r, "job-x", 1, queue, work)
     elapsed = time.monotonic() - start
-    stopped_at = notes.get("work", {}).get("stopped_at")
     time.sleep(0.3)
     return {"held": held, "elapsed": elapsed,
-            "stopped_after": None if stopped_at is None else stopped_at - start,
-            "extend_calls": notes.get("refusing_queue", {}).get("calls", 0),
+            "stopped_after": (None if work.stopped_at is None
+                              else work.stopped_at - start),
+            "extend_calls": queue.calls,
             "threads_left": _threads(q) - before, "error": error}
 
 
@@ -369,13 +472,10 @@ def final_check(module: str, url: str) -> dict:
     answer, or the last run."""
     q, r = load_queue(module), connect(url)
     for run in range(1, FINAL_RUNS + 1):
-        token = uuid.uuid4().hex
-        held, error, notes = _heartbeat(
-            q, r, "job-f", 1, ("lost_at_the_end", {"token": token}),
-            ("work_then_lose", {"token": token, "seconds": LEASE_S}))
-        note = notes.get("lost_at_the_end", {})
-        got = {"held": held, "extends_during": note.get("during", 0),
-               "extends_after": note.get("after", 0), "error": error,
+        pair = LostAtTheEnd(LEASE_S)
+        held, error = _heartbeat(q, r, "job-f", 1, pair, pair)
+        got = {"held": held, "extends_during": pair.during,
+               "extends_after": pair.after, "error": error,
                "run": run, "runs": FINAL_RUNS}
         if error or held is not False:
             break

@@ -28,7 +28,12 @@ from autograder.judges.checks import (
     not_run,
     outcome,
 )
-from autograder.judges.heartbeat_trial import LEASE_S, LONG_LEASE_S, WORK_S
+from autograder.judges.heartbeat_trial import (
+    LEASE_S,
+    LONG_LEASE_S,
+    WORK_S,
+    own_load,
+)
 
 NAME = "heartbeats"
 MODULE_FILE = "heartbeat.py"
@@ -118,7 +123,8 @@ def _trial_outcomes(data: dict) -> list:
                 f"{lj['jobs']} jobs claimed once each, reaped 0, one effect each, "
                 "every ack True",
                 f"claimed twice: {twice or 'none'}, reaped {lj['requeued']}, "
-                f"effects {effects}, refused acks {bad_acks or 'none'}", witnesses))
+                f"effects {effects}, refused acks {bad_acks or 'none'}",
+                witnesses + [x for x in [own_load(lj)] if x]))
 
     fz = data.get("frozen", {"crashed": "the trial did not report"})
     c = by["frozen_worker_refused"]

@@ -97,70 +97,23 @@ def _object(type_name: str, attrs: dict):
     return obj
 
 
-class _RefusingQueue:
-    """Stand-in queue whose extend says yes `grant` times, then no."""
+class _QueueDouble:
+    """Stand-in queue: each extend is the caller's to answer and count (a test
+    double's count must live where no learner code runs)."""
 
-    def __init__(self, notes: dict, grant: int):
-        self.notes, self.grant = notes, grant
-        notes["calls"] = 0
-
-    def extend(self, r, job_id, attempt, lease_s) -> bool:
-        self.notes["calls"] += 1
-        return self.notes["calls"] <= self.grant
-
-
-TICK_S = 0.01
-
-
-def _timed_work(notes: dict, seconds: float):
-    """Stand-in work(stop): `seconds` of naps unless stop is set; notes when it
-    was. Counted in naps, not by the clock, so a worker frozen with SIGSTOP has
-    as much work left when it wakes as when it froze, however long it slept."""
-    notes["stopped_at"] = None
-
-    def work(stop) -> None:
-        for _ in range(max(1, round(seconds / TICK_S))):
-            if stop.is_set():
-                notes["stopped_at"] = time.monotonic()
-                return
-            time.sleep(TICK_S)
-    return work
-
-
-_SHARED: dict[str, dict] = {}
-
-
-def _pair(token: str) -> dict:
-    return _SHARED.setdefault(token, {"done": False, "beat": threading.Event()})
-
-
-class _LostAtTheEnd:
-    """Stand-in queue: extend says yes while the paired work runs, no after."""
-
-    def __init__(self, notes: dict, token: str):
-        self.notes, self.state = notes, _pair(token)
-        notes.update(during=0, after=0)
+    def __init__(self, notes: dict, caller):
+        self.caller = caller
 
     def extend(self, r, job_id, attempt, lease_s) -> bool:
-        if self.state["done"]:
-            self.notes["after"] += 1
-            return False
-        self.notes["during"] += 1
-        self.state["beat"].set()
-        return True
+        return bool(self.caller.extend())
 
 
-def _work_then_lose(notes: dict, token: str, seconds: float):
-    """Stand-in work(stop): ends just after the paired queue granted a heartbeat
-    (or after `seconds` without one), and that lease is gone as it ends. The
-    next heartbeat is then a whole interval away, so only a check made after
-    the work returns can see the loss; a beat landing in between would hide a
-    missing check."""
-    state = _pair(token)
-
+def _paced_work(notes: dict, caller):
+    """Stand-in work(stop): the caller times and counts each step, and notes
+    when it was told stop was set; here is only the asking."""
     def work(stop) -> None:
-        state["beat"].wait(seconds)
-        state["done"] = True
+        while caller.step(stop.is_set()):
+            pass
     return work
 
 
@@ -168,8 +121,7 @@ def _hashable(key):
     return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
 
 
-_STANDINS = {"refusing_queue": _RefusingQueue, "work": _timed_work,
-             "lost_at_the_end": _LostAtTheEnd, "work_then_lose": _work_then_lose}
+_STANDINS = {"queue_double": _QueueDouble, "work": _paced_work}
 
 
 class _Callbacks:
@@ -303,7 +255,8 @@ def decode(value, module=None, notes: list | None = None):
                 return _redis(spec["url"], spec.get("decode", False))
             if kind == "course_module":     # named by the caller, never the learner
                 return importlib.import_module(spec["name"])
-            made, note = standin(kind, **spec)
+            made, note = standin(kind, **{k: decode(v, module, notes)
+                                          for k, v in spec.items()})
             notes.append(note)
             return made
         if len(value) == 1:

@@ -54,9 +54,10 @@ START_TIMEOUT_S = 60.0
 class Local:
     """A caller-side object the host rebuilds on its side (see learner_host).
 
-    Local("module") is the learner's module itself; Local("work", seconds=s) a
-    work(stop) function; Local("refusing_queue", grant=n) a test double. What
-    happened to them is in `RemoteModule.notes()` after the call.
+    Local("module") is the learner's module itself; Local("work", caller=c) a
+    work(stop) function and Local("queue_double", caller=c) a queue whose
+    extend the caller answers, both asking the `Caller` c here for each step,
+    so what the judge counts of them is counted here.
     """
 
     def __init__(self, kind: str, **params):
@@ -150,7 +151,7 @@ def _start_host(prefix: list[str], cmd: list[str], env: dict, cwd: str | None):
     launcher runs the host script in the confined process (the 0.4 s of CPU a
     fresh interpreter spent importing redis-py is spent once per run); or
     Popen, for a prefix that is not the sandbox's or a server that cannot."""
-    workdir = _confined_workdir(prefix)
+    workdir = confined_workdir(prefix)
     if workdir is not None:
         proc = _forked_host(workdir, prefix, cmd, env, cwd)
         if proc is not None:
@@ -160,7 +161,8 @@ def _start_host(prefix: list[str], cmd: list[str], env: dict, cwd: str | None):
                          cwd=cwd)
 
 
-def _confined_workdir(prefix: list[str]) -> str | None:
+def confined_workdir(prefix: list[str]) -> str | None:
+    """The work dir of a sandbox prefix (the run's), None for another prefix."""
     if prefix[1:3] != ["-m", CONFINE] or prefix[-1:] != ["--"]:
         return None
     try:
@@ -227,7 +229,7 @@ def host_fds(env: dict) -> dict[int, int]:
         prefix = json.loads(env.get(ENV) or "null")
     except ValueError:
         return {}
-    workdir = _confined_workdir(prefix) if isinstance(prefix, list) else None
+    workdir = confined_workdir(prefix) if isinstance(prefix, list) else None
     if workdir is None:
         return {}
     ours = _host_server(workdir, prefix, env).client_fd()
@@ -241,7 +243,7 @@ def share_hosts() -> None:
     """Start the run's server of hosts now (EO_LEARNER_PREFIX confines them),
     so that every process forked from this one later shares it."""
     prefix = prefix_from_env()
-    workdir = _confined_workdir(prefix) if prefix else None
+    workdir = confined_workdir(prefix) if prefix else None
     if workdir is not None:
         _host_server(workdir, prefix, dict(os.environ))
 
@@ -583,7 +585,8 @@ class RemoteModule:
                           methods=list(value.methods),
                           attrs=learner_host.encode(value.attrs))
         if isinstance(value, Local):
-            spec = dict(value.spec)
+            spec = {k: self._local(v, callers) if isinstance(v, Caller) else v
+                    for k, v in value.spec.items()}
             if spec.get("kind") == "redis":     # the learner's user, never ours
                 spec["url"] = learner_url(spec["url"])
             return {"__local__": spec}

@@ -6,10 +6,12 @@ the lease and answered before s + lease, or an extend refused that early, is
 the queue's fault whatever the load; that is judged at once. A lease lost
 later means no extend began for a whole lease: the queue's fault when its
 extends are slow on their own (the median call of all trials, less what the
-kernel counts as waiting for a CPU), otherwise a trial the machine may have
-held, run again. If the last of them is held too, the check is not judged;
-the runner, outside the check's process group, fails it instead when it saw
-a process of the check stopped by a signal (a module that stops itself).
+kernel counts as waiting for a CPU), or when the calls since the last good
+beat took the lease themselves (an extend that sleeps before it answers);
+otherwise a trial the machine may have held, run again. If the last of them
+is held too, the check is not judged; the runner, outside the check's process
+group, fails it instead when it saw a process of the check stopped by a
+signal (a module that stops itself).
 """
 
 from __future__ import annotations
@@ -131,6 +133,17 @@ def _judge(trial: Trial, last: bool, waits: Waits, own: list) -> str | None:
           f"calls), past {SLOW} of the {LEASE_S} s lease",
           "extend must answer at once: one round trip that pushes the "
           "deadline, no sleeping or waiting in it")
+    if loss is not None:
+        what, at, since = loss
+        own_s = sum(min(e, at) - s - waits.between(s, min(e, at))
+                    for s, e, _ in trial.calls if since <= s < at)
+        # The calls themselves (less the kernel's waiting for a CPU) held the
+        # beats past the lease: the queue's own doing, never the machine's.
+        _need(at - since - own_s >= LEASE_S / 2,
+              f"{what} after no extend began for {at - since:.2f} s, "
+              f"{own_s:.2f} s of it inside extend calls of their own",
+              "extend must answer at once: one round trip that pushes the "
+              "deadline, no sleeping or waiting in it")
     if loss is None:
         if trial.late() and not last:
             return None
