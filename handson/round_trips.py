@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from handson.effects.sqldb import Database, is_postgres
-from handson.infra import learner_module, remote_module
+from handson.infra import learner_module, remote_module, trusted_read
 from handson.queues import checkbase, interleave
 
 MAX_TRIPS = 24          # a call is killed after each of its first 24 round trips
@@ -57,7 +57,11 @@ class Hidden(RuntimeError):
 
 
 def _state(stores: Stores, db: Database, seer) -> tuple:
-    """Every row of the tables and every Redis key with its contents."""
+    """Every row of the tables and every Redis key with its contents; the
+    tables read only once they are plain ones (no view, no trigger)."""
+    wrong = db.plain_tables(stores.tables)
+    if wrong:
+        raise trusted_read.Untrusted(wrong)
     rows = tuple(tuple(db.query(f"SELECT * FROM {t}")) for t in stores.tables)
     return rows, (interleave._state(seer) if seer is not None else [])
 
@@ -191,7 +195,7 @@ def run_scenes(stores: Stores, learner, scenes: list[Scene],
     for scene in scenes:
         try:
             kills[scene.fn], failed = each(stores, learner, scene)
-        except Hidden as err:
+        except (Hidden, trusted_read.Untrusted) as err:
             return {"error": str(err)}
         except (remote_module.LearnerError, remote_module.LearnerProcessDied,
                 RuntimeError) as err:

@@ -43,6 +43,10 @@ CRASH_POINTS = {
     "mid-reap": "between two round trips of reap(): after a Redis reply, as it "
                 "sends the next request (a reap that makes one has no such point)",
     "after-commit": "after the score is committed, before the ack",
+    "mid-finish": "as finish() starts its last round trip (an SQL statement "
+                  "or COMMIT): a finish in one transaction rolls back, one "
+                  "that commits its effect apart from its ack leaves the "
+                  "effect without the ack",
     "during-heartbeat": "in the heartbeat thread, right after an extend",
     "on-poison": "a poison document crashes the worker instead of raising",
 }
@@ -112,7 +116,8 @@ class Crashes:
         self.remote = None              # the queue's host, when it is behind a pipe
         self.armed = self.paused = False    # a reaper pause: armed, spent
         self.told = False                   # the armed reap's start was logged
-        if self.points & {"mid-call", "mid-claim", "mid-reap"} or pausing:
+        if self.points & {"mid-call", "mid-claim", "mid-reap", "mid-finish"} \
+                or pausing:
             self._hook_replies()
 
     def maybe(self, point: str, **fields) -> None:
@@ -181,7 +186,7 @@ class Crashes:
     def _armed(self, name: str) -> str | None:
         """The crash point, if any, that kills the queue's host in this call."""
         for point, only in (("mid-call", None), ("mid-claim", CLAIMS),
-                            ("mid-reap", ("reap",))):
+                            ("mid-reap", ("reap",)), ("mid-finish", ("finish",))):
             if (point in self.points and (only is None or name in only)
                     and self.rng.random() < self.p_at[point]):
                 return point
@@ -194,9 +199,14 @@ class Crashes:
         if self.call.watch and self.remote is not None:
             self.remote.arm_pause_between(produce.JOB_IDS, self.pause_mid_reap)
         armed = self._armed(name) if self.remote is not None else None
+        trips = self.remote.trips(name) if armed == "mid-finish" else 0
+        if armed == "mid-finish" and trips < 2:
+            armed = None            # its round trips are known after one call
         if armed == "mid-reap":   # as it sends a request after reply k, if it does
             self.remote.arm_crash_between(self.rng.randint(
                 1, max(1, self.remote.replies(name) - 1)))
+        elif armed == "mid-finish":
+            self.remote.arm_crash_between(trips - 1)
         elif armed:  # the learner's host dies after one of the call's Redis replies
             self.remote.arm_crash(self.rng.randint(1, self.remote.replies(name)))
         try:

@@ -53,6 +53,19 @@ WRONG = {
 }
 
 
+# The effect, then the ack in a transaction of its own, with an `effects()` that
+# tells the chaos engine every job was applied once: graded with the chaos run.
+LYING = """
+
+def effects(r=None):
+    from handson.queues.pgq import conn
+    jobs = [row[0] for row in conn().execute("SELECT id FROM pgq_jobs")]
+    applied = [(j, 1, 0, i) for i, j in enumerate(jobs)]
+    n = len(jobs)
+    return applied, {"rows": n, "naive_rows": n, "naive_distinct": n, "counter": n}
+"""
+
+
 def module_of(path) -> str:
     """The source of the notebook's `%%writefile mypgq.py` cell."""
     nb = json.loads(path.read_text())
@@ -107,12 +120,16 @@ def _graded(url: str, cluster: str, folder, bug: str | None) -> tuple:
     hostile version (staged cases only), on a database and role of its own."""
     source = {"stub": stub_module(), "hostile": HOSTILE}.get(bug) or \
         solution_module()
-    for old, new in WRONG[bug][0] if bug in WRONG else ():
+    wrong = "effect_then_ack" if bug == "two_transactions_lying" else bug
+    for old, new in WRONG[wrong][0] if wrong in WRONG else ():
         assert old in source, f"the solution changed: {old!r} is not in it"
         source = source.replace(old, new)
+    if bug == "two_transactions_lying":
+        source += LYING
     db = pg_run.create(cluster)
     obs = pg_claim_finish.observe(_write(folder / (bug or "solution"), source),
-                                  url, db, chaos=bug in (None, "stub"))
+                                  url, db,
+                                  chaos=bug in (None, "stub", "two_transactions_lying"))
     return pg_claim_finish.judge(obs), obs, db
 
 
@@ -126,7 +143,8 @@ def graded(tmp_path_factory):
         with pg_server.throwaway_postgres() as cluster, \
                 ThreadPoolExecutor(3 + len(WRONG)) as pool:
             runs = {bug: pool.submit(_graded, redis.url, cluster, folder, bug)
-                    for bug in (None, "stub", "hostile", *WRONG)}
+                    for bug in (None, "stub", "hostile", "two_transactions_lying",
+                                *WRONG)}
             yield {bug: f.result() for bug, f in runs.items()}
     finally:
         redis.stop()
@@ -147,7 +165,18 @@ def test_the_solution_earns_every_point_under_kill_9(graded):
     stats = obs["chaos"]["stats"]
     assert stats["kills"] >= 4 and stats["lost"] == 0
     assert stats["faults"]["crash_kills"]["after-commit"] >= 3
+    assert stats["faults"]["crash_kills"]["mid-finish"] >= 3
     assert stats["rows"] == stats["distinct"] == stats["counter"]
+
+
+def test_a_finish_in_two_transactions_loses_the_chaos_point_whatever_it_says(graded):
+    """Killed between its effect's COMMIT and its ack, the job runs again: its
+    effect twice, counted from the score table, not from its own effects()."""
+    out, obs, _ = graded["two_transactions_lying"]
+    verdict = {o.name: o for o in out}
+    assert not verdict["chaos_effect_once"].ok, verdict["chaos_effect_once"].message
+    assert "applied_twice" in verdict["chaos_effect_once"].message
+    assert obs["chaos"]["stats"]["faults"]["crash_kills"]["mid-finish"] >= 3
 
 
 @pytest.mark.parametrize("bug", list(WRONG))

@@ -133,9 +133,11 @@ def pg_dir(pg_url: str | None) -> str | None:
 # --- the run's cgroup (v1 memory + pids; v1 or v2 cpu) ---------------------------
 
 CPU_PERIOD_US = 100_000
-# The weight of a run's whole cgroup beside one judge process (1024, v1; 100,
-# v2): a learner's load never holds the judge's reaper or its harnesses.
-CPU_SHARES, CPU_WEIGHT = 128, 12
+# The weight of a run's whole cgroup: that of one process outside it (1024, v1;
+# 100, v2), so however many processes a learner forks, together they weigh as
+# one beside the judge's. Lower, the run's own harness (inside it too) starved
+# on a loaded machine, and correct queues timed out.
+CPU_SHARES, CPU_WEIGHT = 1024, 100
 
 
 class Cgroup:

@@ -31,8 +31,8 @@ budget it passed.
 The judge never runs what the learner defined with its own rights: it reads
 and stages through `judge_url`, the learner's own role with `pg_catalog` as
 its only search path, names every learner object with its schema, and checks
-first (`verify_tables`) that each is a plain table with no rule, no row
-security, no trigger and no column of a type the learner made.
+first (`handson.infra.trusted_read`) that each is a plain table with no rule, no
+row security, no trigger and no column of a type the learner made.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import psycopg
 from psycopg import sql
 
 from autograder.isolation import server
-from handson.infra import pg_server
+from handson.infra import pg_server, trusted_read
 
 JUDGE_SCHEMA = "judge"
 CONNECTIONS = 64                 # the learner's logins at once
@@ -71,7 +71,7 @@ class RunDatabase:
     def judge_url(self) -> str:
         """The learner's role, resolving names in `pg_catalog` alone: what the
         judge reads and stages through."""
-        return with_options(self.learner_url, "-c search_path=pg_catalog")
+        return with_options(self.learner_url, trusted_read.CATALOG_ONLY)
 
 
 def with_options(url: str, options: str) -> str:
@@ -127,40 +127,6 @@ def create(cluster_url: str) -> RunDatabase:
 def _password(url: str) -> str:
     userinfo = urlsplit(url).netloc.rpartition("@")[0]
     return unquote(userinfo.partition(":")[2])
-
-
-def verify_tables(conn: psycopg.Connection, schema: str, tables) -> str:
-    """'' when each table is what the course's schema makes, else what is not.
-
-    Read from `pg_catalog` only (no learner code runs): a plain table, not a
-    view, a partitioned or foreign table; no rule (a SELECT rewritten to a
-    function), no row security, no trigger, no column of a type the learner
-    made (whose casts and operators would be the learner's functions).
-    """
-    for table in tables:
-        row = conn.execute(
-            "SELECT c.relkind, c.relhasrules, c.relrowsecurity,"
-            " (SELECT count(*) FROM pg_catalog.pg_trigger g"
-            "  WHERE g.tgrelid = c.oid AND NOT g.tgisinternal),"
-            " (SELECT count(*) FROM pg_catalog.pg_attribute a JOIN"
-            "  pg_catalog.pg_type t ON t.oid = a.atttypid WHERE a.attrelid = c.oid"
-            "  AND a.attnum > 0 AND t.typnamespace <>"
-            "  'pg_catalog'::pg_catalog.regnamespace)"
-            " FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
-            " ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
-            (schema, table)).fetchone()
-        if row is None:
-            return f"there is no table {table}"
-        kind, rules, rls, triggers, own_types = row
-        what = {"v": "a view", "m": "a materialized view", "p": "partitioned",
-                "f": "a foreign table"}.get(kind, "")
-        if kind != "r" or rules or rls or triggers or own_types:
-            why = what or ("it has a rule" if rules else "it has row security"
-                           if rls else "it has a trigger" if triggers else
-                           "a column has a type of your own")
-            return (f"{table} is not the plain table the queue's schema makes "
-                    f"({why}); the grader reads only plain tables")
-    return ""
 
 
 @contextlib.contextmanager

@@ -46,9 +46,10 @@ DEFAULT_MEM_MB = 3072          # per process (address space), as a last resort
 TREE_MEM_MB = 2048             # one memory cap for all learner processes of a run
 TREE_PIDS = 512                # one cap on their processes and threads
 DISK_MB = 512                  # the run's work dir may not grow past this
-# The CPUs all learner processes of a run share: half the machine, so the
-# judge's harnesses and reaper always have the rest.
-TREE_CPUS = max(0.5, (os.cpu_count() or 2) / 2)
+# The CPUs a run's confined processes share (its harnesses run there too): all
+# but half a CPU, so the grader, the servers and other runs always have that
+# much; half the machine throttled correct queues' harnesses into timeouts.
+TREE_CPUS = max(1.0, (os.cpu_count() or 2) - 0.5)
 
 
 @dataclass

@@ -18,12 +18,15 @@ code logs in as a role that owns one schema and nothing else
   refused: the effect must not stay); `finish` whose effect the server refuses
   (the judge adds a CHECK that fails it: the ack must not stay);
 - a chaos run (`handson.chaos --tx-effect`, no dedup key): workers SIGKILLed at
-  random and right after their commit; nothing lost, no effect twice.
+  random, right after their commit and as `finish` starts its last round trip
+  (its host counts the SQL statements and COMMITs); nothing lost, no effect
+  twice, counted from the score table by the engine's own reader
+  (`handson.queues.pgq.ledger`), never by the learner's `effects()`.
 
 The judge never reads as the superuser: its connection is the learner's own
 role with `pg_catalog` as its only search path (`pg_run.RunDatabase.judge_url`),
 every table is named with the learner's schema, and each read first locks the
-tables and checks they are plain ones (`pg_run.verify_tables`), so no view,
+tables and checks they are plain ones (`handson.infra.trusted_read`), so no view,
 rule or function of the learner's runs with more than the learner's rights.
 """
 
@@ -40,7 +43,7 @@ from pathlib import Path
 from autograder.isolation import pg_run, sandbox
 from autograder.judges import queue_runs
 from autograder.judges.checks import Check, Evaluation, ModuleFile, not_run, outcome
-from handson.infra import pg_server
+from handson.infra import pg_server, trusted_read
 
 NAME = "pg_claim_finish"
 MODULE_FILE = "mypgq.py"
@@ -71,11 +74,14 @@ ONE_TX = ("run the effect's INSERT and the ack's UPDATE in ONE transaction "
 
 
 def chaos_args(seed: int = 1) -> list[str]:
-    """Three workers, a SIGKILL every ~0.6 s and at least three right after a
-    commit; the effect in the ack's transaction, no dedup key."""
+    """Three workers, a SIGKILL every ~0.6 s, at least three right after a
+    commit and three as finish starts its last round trip (between an effect
+    committed alone and its ack); the effect in the ack's transaction, no
+    dedup key."""
     return ["3", "--docs", "60", "--seed", str(seed), "--kill-every", "0.6",
             "--min-kills", "4", "--iters", "2000", "--lease-s", "1.0",
-            "--crash-point", "after-commit", "--crash-p", "0.1",
+            "--crash-point", "after-commit", "--crash-point", "mid-finish",
+            "--crash-p", "0.1",
             "--min-crash-kills", "3", "--tx-effect", "--quota-cap-s", "90",
             "--drain-timeout-s", "120"]
 
@@ -93,17 +99,7 @@ class Judge:
         self.conn, self.schema = conn, schema
 
     def execute(self, query: str, params=()):
-        from psycopg import sql
-
-        names = {t.removeprefix("pgq_"): sql.Identifier(self.schema, t)
-                 for t in READ}
-        with self.conn.transaction():
-            self.conn.execute(sql.SQL("LOCK TABLE {}, {} IN ACCESS SHARE MODE")
-                              .format(*names.values()))
-            wrong = pg_run.verify_tables(self.conn, self.schema, READ)
-            if wrong:
-                raise RuntimeError(wrong)
-            return self.conn.execute(sql.SQL(query).format(**names), params)
+        return trusted_read.read(self.conn, self.schema, READ, query, params)
 
     def transaction(self):
         return self.conn.transaction()
@@ -114,7 +110,7 @@ def _claim_oldest(q, judge) -> dict:
         q.enqueue(None, {"doc_id": i}, f"j{i}")
     claims = [q.claim(None, 30.0) for _ in range(4)]
     lease = judge.execute("SELECT extract(epoch FROM lease_until - "
-                          "clock_timestamp()) FROM {jobs} WHERE id = 'j1'"
+                          "clock_timestamp()) FROM {pgq_jobs} WHERE id = 'j1'"
                           ).fetchone()[0]
     return {"claims": [list(c) if c else None for c in claims],
             "lease_left_s": None if lease is None else float(lease)}
@@ -132,7 +128,7 @@ def _skip_locked(q, judge) -> dict:
             got["error"] = f"{type(err).__name__}: {err}"
 
     with judge.transaction():
-        judge.execute("SELECT 1 FROM {jobs} WHERE id = 'j1' FOR UPDATE")
+        judge.execute("SELECT 1 FROM {pgq_jobs} WHERE id = 'j1' FOR UPDATE")
         t = threading.Thread(target=claim, daemon=True)
         start = time.monotonic()
         t.start()
@@ -148,12 +144,12 @@ def _skip_locked(q, judge) -> dict:
 
 
 def _scores(judge, job: str) -> int:
-    return judge.execute("SELECT count(*) FROM {scores} WHERE job_id = %s",
+    return judge.execute("SELECT count(*) FROM {pgq_scores} WHERE job_id = %s",
                          (job,)).fetchone()[0]
 
 
 def _state(judge, job: str) -> str:
-    return judge.execute("SELECT state FROM {jobs} WHERE id = %s",
+    return judge.execute("SELECT state FROM {pgq_jobs} WHERE id = %s",
                          (job,)).fetchone()[0]
 
 
@@ -177,14 +173,14 @@ def _effect_fails(q, judge) -> dict:
     job = q.claim(None, 30.0)
     if not job:
         return {"error": "claim returned None with one job pending"}
-    judge.execute("ALTER TABLE {scores} ADD CONSTRAINT judge_refuses "
+    judge.execute("ALTER TABLE {pgq_scores} ADD CONSTRAINT judge_refuses "
                   "CHECK (job_id <> 'j1')")
     try:
         returned = repr(q.finish(None, "j1", job[2], 1, 0.5))
     except Exception as err:                # noqa: BLE001 - what we want
         returned = f"raised {type(err).__name__}"
     state = _state(judge, "j1")
-    judge.execute("ALTER TABLE {scores} DROP CONSTRAINT judge_refuses")
+    judge.execute("ALTER TABLE {pgq_scores} DROP CONSTRAINT judge_refuses")
     return {"returned": returned, "state": state}
 
 

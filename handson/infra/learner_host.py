@@ -443,6 +443,9 @@ def _crash_after_replies() -> None:
         if not _PATCHED:
             _patch_read_response()
             _PATCHED.append(True)
+        if "psycopg" in sys.modules and "psycopg" not in _PATCHED:
+            _patch_psycopg()            # a queue in PostgreSQL: count its SQL
+            _PATCHED.append("psycopg")
 
 
 def loads_script(command) -> bool:
@@ -528,6 +531,38 @@ def _patch_read_response() -> None:
     AbstractConnection.connect = connecting
 
 
+def _patch_psycopg() -> None:
+    """Every statement a psycopg connection of this host sends, and every
+    COMMIT (or ROLLBACK) a transaction block ends with, is a round trip,
+    counted and named like a course database's statements (`_statement`)."""
+    import psycopg
+
+    execute, executemany = psycopg.Cursor.execute, psycopg.Cursor.executemany
+    leave = psycopg.Transaction.__exit__
+
+    def counted_execute(cur, query, *args, **kwargs):
+        _statement(_text(query))
+        return execute(cur, query, *args, **kwargs)
+
+    def counted_executemany(cur, query, *args, **kwargs):
+        _statement(_text(query))
+        return executemany(cur, query, *args, **kwargs)
+
+    def counted_exit(tx, kind, *args):
+        _statement("ROLLBACK" if kind else "COMMIT")
+        return leave(tx, kind, *args)
+
+    psycopg.Cursor.execute = counted_execute
+    psycopg.Cursor.executemany = counted_executemany
+    psycopg.Transaction.__exit__ = counted_exit
+
+
+def _text(query) -> str:
+    if isinstance(query, (str, bytes)):
+        return query.decode(errors="replace") if isinstance(query, bytes) else query
+    return type(query).__name__          # a psycopg.sql object: not rendered here
+
+
 def serve(module, inbox, outbox) -> None:
     """One thread per caller-side client, so calls on several clients overlap."""
     import queue
@@ -571,6 +606,7 @@ def serve(module, inbox, outbox) -> None:
             answer = {"id": req["id"], "ok": encode(value), "notes": notes}
             if _PATCHED:
                 answer["replies"] = _ARMED.replies
+                answer["trips"] = _round_trips()
             if _ARMED.trail:
                 answer["trail"] = _ARMED.trail
             reply(answer)

@@ -315,6 +315,7 @@ class _Host:
             pass            # it died already: the hello says how
         self.pending: dict[int, queue.SimpleQueue] = {}   # id -> its messages
         self.replies: dict[str, int] = {}   # function -> Redis replies, last call
+        self.trips: dict[str, int] = {}     # function -> round trips, last call
         self.trails: dict[str, list] = {}   # function -> its round trips, named
         self.ids = iter(range(1, 1 << 62))
         self.lanes: set = set()             # each has a thread in the host
@@ -454,6 +455,8 @@ class _Host:
         notes.extend(reply.get("notes") or [])
         if isinstance(reply.get("replies"), int):
             self.replies[fn] = reply["replies"]
+        if isinstance(reply.get("trips"), int):
+            self.trips[fn] = reply["trips"]
         trail = reply.get("trail")
         self.trails[fn] = ([str(t) for t in trail] if isinstance(trail, list)
                            else [])
@@ -568,6 +571,11 @@ class RemoteModule:
     def replies(self, fn: str) -> int:
         """Redis replies fn's last answered call read (1 until one is known)."""
         return max(1, self._current().replies.get(fn, 1))
+
+    def trips(self, fn: str) -> int:
+        """Round trips (Redis replies and SQL statements) fn's last answered
+        call made once its host counted them; 0 until then."""
+        return self._current().trips.get(fn, 0)
 
     def trail(self, fn: str) -> list[str]:
         """fn's last answered call's round trips, in order, as the host named
