@@ -66,3 +66,9 @@ c.Execute.extra_arguments = ["--log-level=ERROR"]
 # grades-canvas.csv and shows it in the autograded notebooks and feedback.
 c.Term.due = {}          # e.g. {"claim_ack_reap": "2026-10-12 23:59:00 UTC"}
 c.Term.late_penalty_per_day = 0.0     # 0: no late penalty; 0.1: 10 % a day
+# grades-canvas.csv already takes the penalty off: with one here, turn Canvas's
+# own late policy off for these assignments, or a late student pays twice.
+# Canvas's id for each assignment (the number in its address, .../assignments/
+# 12345): the export's column is then "claim_ack_reap (12345)", which Canvas's
+# import matches to that assignment; without one, the import asks you.
+c.Term.canvas_assignment_ids = {}     # e.g. {"claim_ack_reap": 12345}

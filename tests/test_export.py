@@ -18,6 +18,7 @@ from autograder.classroom import export, grade_class, term
 from autograder.notebooks import notebook
 
 DUE = "2026-10-12 23:59:00 UTC"
+CANVAS_ID = 4242          # Canvas's id for claim_ack_reap; none for the other
 CLASS = {   # student -> assignment -> (checks failed, submitted at, UTC)
     "ada": {"claim_ack_reap": ((), "2026-10-12 20:00:00 UTC"),
             "delivery_semantics": (("dedup_in_tx",), "2026-10-01 09:00:00 UTC")},
@@ -42,7 +43,8 @@ def write_class(course):
     (course / "nbgrader_config.py").write_text(
         "c = get_config()\n"
         f"c.Term.due = {{'claim_ack_reap': {DUE!r}}}\n"
-        "c.Term.late_penalty_per_day = 0.1\n")
+        "c.Term.late_penalty_per_day = 0.1\n"
+        f"c.Term.canvas_assignment_ids = {{'claim_ack_reap': {CANVAS_ID}}}\n")
     for student, subs in CLASS.items():
         for name, (_, when) in subs.items():
             folder = course / "submitted" / student / name
@@ -74,7 +76,9 @@ def test_canvas_import_has_its_header_and_one_row_per_student(exported):
     course, run = exported
     rows = _rows(course / "grades-canvas.csv")
     names = ["delivery_semantics", "claim_ack_reap"]      # the registry's order
-    assert rows[0] == export.CANVAS_HEADER + names
+    # Canvas matches a column by "name (id)": with the id, no matching by hand.
+    assert rows[0] == export.CANVAS_HEADER + [
+        "delivery_semantics", f"claim_ack_reap ({CANVAS_ID})"]
     assert rows[1][0].strip() == "Points Possible"
     assert rows[1][5:] == [str(sum(assignments.points(n).values())) for n in names]
     assert [r[3] for r in rows[2:]] == sorted(CLASS), "SIS Login ID per student"
@@ -135,3 +139,34 @@ def test_grade_class_prints_and_writes_item_statistics(exported):
     assert "## claim_ack_reap: 2 submission(s)" in (course / "item-stats.md"
                                                     ).read_text()
     assert str(course / "grades-canvas.csv") in text
+
+
+def test_the_run_warns_of_unmapped_columns_and_a_double_late_penalty(exported):
+    _, run = exported
+    text = grade_class.report(run)
+    unmapped = [w for w in run.warnings if "no Canvas assignment id" in w]
+    assert len(unmapped) == 1 and "delivery_semantics" in unmapped[0], run.warnings
+    assert "claim_ack_reap" not in unmapped[0].split(".")[0], "it has an id"
+    twice = [w for w in run.warnings if "already include the late penalty" in w]
+    assert len(twice) == 1 and "late policy" in twice[0], run.warnings
+    for w in run.warnings:
+        assert f"warning: {w}" in text
+
+
+def test_no_warning_when_every_column_has_an_id_and_no_penalty():
+    rules = term.Term({}, 0.0, {"claim_ack_reap": 7})
+    sub = type("Sub", (), {"assignment": "claim_ack_reap", "student": "ada"})()
+    final = export.Final(sub, result_for("claim_ack_reap", ()), term.Late())
+    assert export.warnings([final], rules) == []
+    assert export.column("claim_ack_reap", rules) == "claim_ack_reap (7)"
+    assert export.column("heartbeats", rules) == "heartbeats"
+
+
+def test_a_canvas_id_that_is_not_a_number_is_refused(tmp_path):
+    (tmp_path / "nbgrader_config.py").write_text(
+        "c = get_config()\nc.Term.canvas_assignment_ids = {'a': 'Quiz 1'}\n")
+    with pytest.raises(term.TermError, match="canvas_assignment_ids"):
+        term.load(tmp_path)
+    (tmp_path / "nbgrader_config.py").write_text(
+        "c = get_config()\nc.Term.canvas_assignment_ids = {'a': '12'}\n")
+    assert term.load(tmp_path).canvas_ids == {"a": 12}

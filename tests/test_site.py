@@ -207,3 +207,28 @@ def test_the_intro_links_every_chapter(pages):
     for name in ("queues_and_logs", "lab_queue", "cluster", "replay_matrix", "outbox",
                  "pg_queue", "exercises"):
         assert f'href="{name}.html"' in intro, f"the intro does not link {name}"
+
+
+def test_the_real_systems_page_is_in_the_toc_linked_and_sourced(pages):
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    assert "book/review/real_systems" in files
+    for name in ("book/c01_delivery_semantics.html", "book/review/cheat_sheet.html"):
+        assert "real_systems.html" in _main(pages[name]), f"{name} does not link it"
+    page = _main(pages["book/review/real_systems.html"])
+    for host in ("docs.aws.amazon.com", "kafka.apache.org", "rabbitmq.com",
+                 "cloud.google.com/pubsub", "docs.celeryq.dev", "sidekiq",
+                 "docs.bullmq.io", "docs.nats.io"):
+        at = rf'href="https://(www\.)?(github\.com/)?{re.escape(host)}'
+        assert re.search(at, page), f"no source from {host}"
+    local = re.findall(r'href="(?!https?:|#|mailto:)([^"#]+)', page)
+    missing = [h for h in local
+               if not (SITE / "book" / "review" / h).resolve().exists()]
+    assert local and missing == [], f"links that do not resolve: {missing}"
+
+
+def test_the_glossary_defines_the_log_and_storage_terms(pages):
+    glossary = pages["book/review/glossary.html"].lower()
+    for term in ("visibility-timeout", "offset", "consumer-group", "hash-slot",
+                 "vacuum"):
+        assert f'id="term-{term}"' in glossary, f"the glossary lacks {term}"

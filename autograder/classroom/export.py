@@ -4,9 +4,17 @@
 `Student, ID, SIS User ID, SIS Login ID, Section`, then one column per
 assignment, a "Points Possible" row first, then one row per student. Canvas
 matches a row by ID (nbgrader's `lms_user_id`, when the gradebook has one) or
-by SIS Login ID (the nbgrader student id). A score is after the late penalty
-(`autograder.classroom.term`); an assignment a student did not submit is left blank,
-so the import changes nothing there.
+by SIS Login ID (the nbgrader student id), and a column by the "name (id)" in
+its header: with the course config's `c.Term.canvas_assignment_ids` the header
+is `claim_ack_reap (12345)` and the scores go to that assignment; without an
+id it is the bare name, and Canvas's import page asks the instructor which
+assignment the column is (or creates a new one). `warnings()` says which.
+
+A score is after the late penalty (`autograder.classroom.term`); an assignment
+a student did not submit is left blank, so the import changes nothing there.
+Because the penalty is already in the score, Canvas's own late policy on the
+same assignments would take points off a second time: `warnings()` says so
+whenever the course config has a late penalty.
 
 `grades-checks.csv`, beside it, has one row per student, assignment and
 check: the points, and why a check failed.
@@ -76,14 +84,26 @@ def _points(x: float) -> str:
     return f"{x:g}"
 
 
-def write_canvas(path: Path, grades: list[Final], course: Path) -> None:
-    names = [a for a in assignments.names() if any(g.assignment == a
-                                                   for g in grades)]
+def _names(grades: list[Final]) -> list[str]:
+    """The assignments with a grade, in the registry's order."""
+    return [a for a in assignments.names() if any(g.assignment == a
+                                                  for g in grades)]
+
+
+def column(name: str, rules: term.Term | None = None) -> str:
+    """An assignment's column header: "name (Canvas id)" when the id is known."""
+    cid = rules.canvas_ids.get(name) if rules else None
+    return f"{name} ({cid})" if cid else name
+
+
+def write_canvas(path: Path, grades: list[Final], course: Path,
+                 rules: term.Term | None = None) -> None:
+    names = _names(grades)
     people = _people(course)
     by = {(g.student, g.assignment): g for g in grades}
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(CANVAS_HEADER + names)
+        w.writerow(CANVAS_HEADER + [column(a, rules) for a in names])
         w.writerow([POINTS_POSSIBLE, "", "", "", ""] + [
             _points(max(g.result["max_score"] for g in grades if g.assignment == a))
             for a in names])
@@ -112,9 +132,32 @@ def write_detail(path: Path, grades: list[Final]) -> None:
                             g.result["max_score"]])
 
 
-def export(course: Path, grades: list[Final]) -> tuple[Path, Path]:
+def warnings(grades: list[Final], rules: term.Term) -> list[str]:
+    """What the instructor must know before importing grades-canvas.csv."""
+    out = []
+    unmapped = [a for a in _names(grades) if a not in rules.canvas_ids]
+    if unmapped:
+        out.append(
+            "grades-canvas.csv: no Canvas assignment id for "
+            + ", ".join(unmapped) + ". Canvas matches a column by \"name (id)\", "
+            "so its import will ask you which assignment each of these columns "
+            "is (or create a new one). To skip that, put each id (the number "
+            "in the assignment's Canvas address) in nbgrader_config.py: "
+            "c.Term.canvas_assignment_ids = {\"" + unmapped[0] + "\": 12345}.")
+    if rules.late_penalty_per_day > 0:
+        out.append(
+            "grades-canvas.csv: the scores already include the late penalty "
+            f"({rules.late_penalty_per_day:.0%} a day). Turn off Canvas's own "
+            "late policy (Gradebook settings, Late Policies) for these "
+            "assignments, or set c.Term.late_penalty_per_day = 0 and let Canvas "
+            "apply it: with both, a late student loses points twice.")
+    return out
+
+
+def export(course: Path, grades: list[Final], rules: term.Term | None = None
+           ) -> tuple[Path, Path]:
     """Write both CSVs into the course folder; return their paths."""
     canvas, detail = course / "grades-canvas.csv", course / "grades-checks.csv"
-    write_canvas(canvas, grades, course)
+    write_canvas(canvas, grades, course, rules)
     write_detail(detail, grades)
     return canvas, detail

@@ -282,6 +282,7 @@ class ClassRun:
     unchanged: list[str] = field(default_factory=list)        # regraded, same
     would: list[str] = field(default_factory=list)            # --dry-run
     written: list = field(default_factory=list)               # files for the course
+    warnings: list = field(default_factory=list)              # about the export
     elapsed_s: float = 0.0
     workers: int = 0
 
@@ -372,8 +373,10 @@ def grade_class(root: Path, *, course: Path | None = None, only=None,
             write_gradebook(db_url, g.sub, g.result, g.late.penalty)
             write_autograded(course, g.sub, g.result, g.late.text)
     write_csv(course / "grades.csv", subs, ledger, graders)
-    run.written = [course / "grades.csv", *export.export(course, run.finals),
+    run.written = [course / "grades.csv",
+                   *export.export(course, run.finals, rules),
                    course / "item-stats.md"]
+    run.warnings = export.warnings(run.finals, rules)
     item_stats.write(run.written[-1], [g.result for g in run.finals])
     run.elapsed_s = time.monotonic() - start
     return run
@@ -544,6 +547,7 @@ def report(run: ClassRun) -> str:
             [g.result for g in run.finals]))]
     if run.written:
         lines += ["", "wrote " + ", ".join(str(p) for p in run.written)]
+    lines += [f"warning: {w}" for w in run.warnings]
     if run.failed or run.skipped:
         lines += ["", "could not be graded:"]
         lines += [f"  {k}: {why}" for k, why in sorted(run.failed.items())]

@@ -5,11 +5,17 @@ They live where an nbgrader instructor already configures the course, in
 
     c.Term.due = {"claim_ack_reap": "2026-10-12 23:59:00 UTC"}
     c.Term.late_penalty_per_day = 0.1    # of the points, per day or part late
+    c.Term.canvas_assignment_ids = {"claim_ack_reap": 12345}   # Canvas's ids
 
 A submission's time is nbgrader's `submitted/<student>/<assignment>/
 timestamp.txt` (what `nbgrader collect` writes). No due date, no timestamp or
 a penalty of 0 means no late penalty. The penalty never takes more than the
 score (as nbgrader's own late penalties).
+
+`canvas_assignment_ids` gives, per assignment, the id Canvas shows in the
+assignment's address (`.../assignments/12345`): Canvas's gradebook import
+matches a column to an assignment by the "name (id)" in its header, so with an
+id the export's column goes straight to that assignment.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ class TermError(Exception):
 class Term:
     due: dict[str, datetime] = field(default_factory=dict)   # naive UTC
     late_penalty_per_day: float = 0.0
+    canvas_ids: dict[str, int] = field(default_factory=dict)  # name -> Canvas id
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,13 @@ def _utc(value, where: str) -> datetime:
                         "'2026-10-12 23:59:00 UTC')") from None
 
 
+def _an_id(value) -> bool:
+    """A Canvas id: a positive whole number, or its digits as a string."""
+    if isinstance(value, str):
+        return value.isdigit() and int(value) > 0
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def load(course: Path) -> Term:
     """The term section of `course/nbgrader_config.py`; none there: no rules."""
     path = Path(course) / "nbgrader_config.py"
@@ -68,8 +82,14 @@ def load(course: Path) -> Term:
             0 <= rate <= 1):
         raise TermError(f"{path}: c.Term.late_penalty_per_day must be a fraction "
                         f"of the points between 0 and 1, not {rate!r}")
+    ids = section.get("canvas_assignment_ids", {})
+    if not isinstance(ids, dict) or not all(_an_id(v) for v in ids.values()):
+        raise TermError(f"{path}: c.Term.canvas_assignment_ids must map assignment "
+                        "names to Canvas's assignment ids (the number in the "
+                        f"assignment's address), not {ids!r}")
     return Term({name: _utc(when, f"{path}: c.Term.due[{name!r}]")
-                 for name, when in due.items()}, float(rate))
+                 for name, when in due.items()}, float(rate),
+                {name: int(v) for name, v in ids.items()})
 
 
 def submitted_at(folder: Path) -> datetime | None:
