@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,12 +85,18 @@ class ConfinedRedis(EmbeddedRedis):
 
     def __init__(self):
         super().__init__(maxmemory=f"{MAXMEMORY_MB}mb", acl=True)
+        # Its own uid owns the directory; learner processes (root without
+        # capabilities) may reach the socket by name, and log in with a password.
+        os.chmod(self.dir, 0o711)
         self.status = self.dir.parent / f"{self.dir.name}.status.json"
         self.protections: dict = {}
         self.isolation = "none"
 
     def _args(self) -> list[str]:
-        return prefix(self.dir, self.status, MEM_MB, 64, DISK_MB) + super()._args()
+        args = super()._args()
+        args[args.index("--unixsocketperm") + 1] = "777"
+        return prefix(self.dir, self.status, MEM_MB, 64, DISK_MB,
+                      identity="redis") + args
 
     def refusals(self) -> list[str]:
         """One line per command the learner's code was refused (none: [])."""
