@@ -14,6 +14,10 @@ Three experiments, each from empty tables and an empty queue:
   relay skips rows; the sent-flag relay does not.
 - `slot_retention` (PostgreSQL): what a replication slot that nobody confirms
   keeps of the WAL while documents are saved, and what a confirm gives back.
+- `unflushed_commit` (PostgreSQL): the log relay peeks while a committed row is
+  written to the WAL but not yet flushed, and confirms after it is: a relay
+  that takes the write position for the end of the log skips that row for
+  good; one that confirms only what its peek read (the flush position) does not.
 
 The relay experiments take `loop="wal"` too: the relay that reads the log;
 `relay_kills` also takes `loop="wal-confirm-first"`, the same relay confirming
@@ -26,9 +30,11 @@ per kill instead of delivering one twice.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import signal
 import statistics
 import tempfile
 import threading
@@ -367,6 +373,131 @@ def slot_retention(bench: Bench, steps: tuple[int, ...] = (0, 200, 400, 800)
                          published)
     finally:
         wal_relay.drop_slot(db)
+        db.close()
+
+
+class CannotPause(RuntimeError):
+    """The server's WAL writer is not a process this machine can pause."""
+
+
+@contextlib.contextmanager
+def walwriter_paused(db: Database):
+    """The server's WAL writer stopped (SIGSTOP) for the block, then resumed.
+
+    Under `synchronous_commit = off` a commit returns before its WAL is
+    flushed, and the WAL writer flushes it a moment later (at once, if it was
+    idle). Paused, it flushes nothing, so the commit stays unflushed until a
+    synchronous commit flushes the log itself. Only for a server running on
+    this machine as a user we may signal (the course's throwaway cluster)."""
+    pid = db.query("SELECT pid FROM pg_stat_activity "
+                   "WHERE backend_type = 'walwriter'")[0][0]
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            title = f.read()
+    except OSError:
+        title = b""
+    if not title.startswith(b"postgres: walwriter"):
+        raise CannotPause(f"process {pid} on this machine is not the server's "
+                          "WAL writer (a server elsewhere?)")
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except PermissionError as err:
+        raise CannotPause(f"may not signal the WAL writer: {err}") from None
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def written(db: Database) -> str:
+    """The WAL write position, `pg_current_wal_lsn()`: where the log relay
+    used to take the log to end, and confirm to when its peek found nothing.
+    Here only to be measured against `wal_relay.flushed`."""
+    return db.query("SELECT pg_current_wal_lsn()::text")[0][0]
+
+
+class _CommitAfterPeek:
+    """The relay's connection, with one more commit landing right after the
+    relay's peek returns and before its confirm."""
+
+    def __init__(self, db: Database, commit):
+        self._db, self._commit, self.dialect = db, commit, db.dialect
+        self.peeked: list = []
+
+    def query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        rows = self._db.query(sql, params)
+        if "peek_changes" in sql and self._commit:
+            self.peeked = rows
+            commit, self._commit = self._commit, None
+            commit()
+        return rows
+
+
+@dataclass
+class GapRun:
+    end_of_log: str             # where the relay took the log to end
+    documents: int
+    written_not_flushed_kib: int    # WAL written, not flushed, at its peek
+    peeked: int                 # rows its peek returned (0: the gap was open)
+    published: int
+    lost: int
+
+
+def unflushed_commit(bench: Bench, end_of_log=None) -> GapRun:
+    """PostgreSQL on this machine only: a commit written to the WAL but not yet
+    flushed when the relay peeks, and flushed before it confirms.
+
+    With the WAL writer paused, document 0 commits under `synchronous_commit
+    = off`: committed, its WAL still in the server's buffers. A bulk insert
+    in another session (left open, then rolled back) writes more WAL than
+    the buffers hold, so the server writes the older pages out, document 0's
+    commit among them, without flushing them: the write position
+    (`pg_current_wal_lsn()`) is now past that commit and the flush position
+    is not, as on a server with fsync on while an fsync is under way. The
+    relay takes the end of the log (`end_of_log`) and peeks, which reads only
+    flushed WAL. Between its peek and its confirm, document 1 commits
+    synchronously, and that flush takes document 0's commit to disk. Then
+    the relay runs until it finds nothing, and a consumer drains the queue.
+
+    Confirming the write position (`end_of_log=written`) moves the slot past
+    document 0, which its peek never read: lost. The relay's own end of the
+    log (None: `wal_relay.flushed`, read before the peek) loses nothing."""
+    own = {} if end_of_log is None else {"end_of_log": end_of_log}
+    db = bench.fresh()
+    db.run("DROP TABLE IF EXISTS wal_filler")
+    db.run("CREATE TABLE wal_filler (b text)")
+    (buffers,) = db.query("SELECT pg_size_bytes(current_setting('wal_buffers'))"
+                          )[0]
+    wal_relay.fresh_slot(db)            # after the setup: nothing to read yet
+    db.query("SELECT pg_switch_wal()")  # a fresh segment: finishing one flushes
+    writer, bulk = Database(bench.target), Database(bench.target)
+    try:
+        writer.run("SET synchronous_commit = off")
+
+        def second() -> None:
+            writer.run("SET synchronous_commit = on")
+            outbox.save(writer, bench.r, bench.queue, 1, "document 1", "outbox")
+
+        gap = _CommitAfterPeek(db, second)
+        with walwriter_paused(db):
+            outbox.save(writer, bench.r, bench.queue, 0, "document 0", "outbox")
+            bulk.run("BEGIN")
+            bulk.run("INSERT INTO wal_filler SELECT repeat('x', 1000) "
+                     "FROM generate_series(1, ?)", (int(buffers) * 3 // 2000,))
+            (behind,) = db.query("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), "
+                                 "pg_current_wal_flush_lsn())")[0]
+            published = wal_relay.relay_batch(gap, bench.r, bench.queue, **own)
+        bulk.run("ROLLBACK")
+        published += outbox.relay_until_empty(db, bench.r, bench.queue, "wal")
+        delivered = bench.drain(db)
+        return GapRun(end_of_log.__name__ if end_of_log else "the relay's own",
+                      2, int(behind) // 1024, len(gap.peeked),
+                      published, 2 - len(set(delivered)))
+    finally:
+        writer.close()
+        bulk.close()
+        wal_relay.drop_slot(db)
+        db.run("DROP TABLE IF EXISTS wal_filler")
         db.close()
 
 

@@ -6,8 +6,14 @@
   PostgreSQL queue with the effect in the ack's transaction and no key.
 - `claim_ack_rate`: claims and acks per second from one client, no work: what
   each job costs the queue itself.
+- `costs`: what a commit costs with fsync on and off (and synchronous_commit on
+  and off), and the claim-and-ack rate of the Redis queue and the PostgreSQL
+  queue, each with the durability its server had, read from the server.
 - `backlog`: a long backlog claimed and acked with vacuum off, in slices:
   each slice's rate and the dead row versions left behind, then VACUUM.
+- `claim_race`: claimers racing for the head of the queue at READ COMMITTED
+  (what the queue relies on) and at REPEATABLE READ, where the losers of the
+  race get SQLSTATE 40001 instead of the next job.
 
     python -m handson.pg_runs          # needs PostgreSQL (initdb) and Redis
 """
@@ -16,8 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
+import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from unittest import mock
 
 from handson.faults.engine import ChaosConfig, Report, run
 
@@ -75,6 +86,209 @@ def claim_ack_rate(queue, r, n: int = 2000) -> float:
     if done != n:
         raise AssertionError(f"{done} of {n} jobs came out of {queue.__name__}")
     return n / (time.perf_counter() - t)
+
+
+# --- what durability costs ------------------------------------------------------
+
+@contextlib.contextmanager
+def fsync_on_postgres() -> Iterator[str]:
+    """A second throwaway cluster, made by the same code as the course's, with
+    fsync on; its URL for the block's length.
+
+    The course's cluster runs `postgres -F`: fsync off, so no commit waits for
+    a disk (fine for a cluster deleted after the run). `-F` is a command-line
+    setting, and a command-line setting outranks `ALTER SYSTEM` (after
+    `ALTER SYSTEM SET fsync = on` and a reload, pg_settings still says
+    `fsync = off`, source "command line"), so that server cannot be switched.
+    This one is started by `pg_server.throwaway_postgres` with `-F` left out
+    of the server's command line; `pg_settings` reads the setting back."""
+    from handson.infra import pg_server
+
+    class _WithoutF:            # pg_server's `subprocess`, minus postgres's -F
+        def __getattr__(self, name):
+            return getattr(subprocess, name)
+
+        @staticmethod
+        def Popen(args, *a, **kw):  # noqa: N802 - subprocess's name
+            if any(os.path.basename(str(x)) == "postgres" for x in args):
+                args = [x for x in args if x != "-F"]
+            return subprocess.Popen(args, *a, **kw)
+
+    with mock.patch.object(pg_server, "subprocess", _WithoutF()), \
+            pg_server.throwaway_postgres() as url:
+        yield url
+
+
+def pg_settings(url: str) -> dict[str, str]:
+    """The server's fsync and synchronous_commit (its default for sessions)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as c:
+        return {name: c.execute(f"SHOW {name}").fetchone()[0]
+                for name in ("fsync", "synchronous_commit")}
+
+
+def redis_settings(r) -> dict[str, str]:
+    """appendonly, appendfsync and save as the server reports them ({} if it
+    refuses CONFIG, as managed Redis services do)."""
+    try:
+        got = r.config_get("append*") | r.config_get("save")
+    except Exception:       # noqa: BLE001 - any refusal: unknown
+        return {}
+    return {k if isinstance(k, str) else k.decode():
+            v if isinstance(v, str) else v.decode() for k, v in got.items()}
+
+
+def pg_durability(fsync: str, synchronous_commit: str) -> tuple[str, str]:
+    """(the settings, what a commit acknowledged under them survives)."""
+    said = f"fsync {fsync}, synchronous_commit {synchronous_commit}"
+    if synchronous_commit == "off":
+        return said, "not a crash of the server: its last commits can be lost"
+    if fsync == "off":
+        return said, "a crash of the server, not of the machine"
+    return said, "a crash of the machine"
+
+
+def redis_durability(settings: dict[str, str]) -> tuple[str, str]:
+    """(the settings, what a write Redis acknowledged under them survives)."""
+    if not settings:
+        return "unknown", "unknown: the server refused CONFIG GET"
+    if settings.get("appendonly") == "yes":
+        fsync = settings.get("appendfsync", "")
+        return f"appendfsync {fsync}", {
+            "always": "a crash of the machine",
+            "everysec": "a crash of the server; of the machine, all but the "
+                        "last second",
+        }.get(fsync, "a crash of the server, not of the machine")
+    if settings.get("save"):
+        return (f"snapshots ({settings['save']})",
+                "not a crash: writes since the last snapshot are lost")
+    return "no AOF, no snapshots", "not even a restart of the server"
+
+
+def faster(a: str, rate_a: float, b: str, rate_b: float) -> str:
+    """"the A was 2.3 times faster", or "the A and the B were within 10% of
+    each other": the words chosen by the two rates."""
+    (hi, r_hi), (lo, r_lo) = sorted([(a, rate_a), (b, rate_b)],
+                                    key=lambda x: -x[1])
+    if r_hi < 1.1 * r_lo:
+        return f"the {a} and the {b} were within 10% of each other"
+    return f"the {hi} was {r_hi / r_lo:.1f} times faster"
+
+
+def slower(what: str, ms: float, base_ms: float) -> str:
+    """"<what> 3.8 times slower" (or faster, or "no slower"): the words chosen
+    by the two times."""
+    if ms >= 1.1 * base_ms:
+        return f"{what} {ms / base_ms:.1f} times slower"
+    if base_ms >= 1.1 * ms:
+        return f"{what} {base_ms / ms:.1f} times faster"
+    return f"{what} no slower (within 10%)"
+
+
+@dataclass
+class CommitCost:
+    fsync: str
+    synchronous_commit: str
+    commits: int
+    median_ms: float
+
+
+@dataclass
+class QueueCost:
+    queue: str
+    settings: str
+    acked_job_survives: str
+    jobs_per_s: int
+
+
+@dataclass
+class Costs:
+    commits: list[CommitCost]   # fsync off, then on; synchronous_commit on, off
+    queues: list[QueueCost]     # Redis as the chapter runs it, Redis with
+    #   appendfsync always, PostgreSQL as the chapter runs it, with fsync on
+
+
+def commit_cost(urls: list[str], n: int = 300, rounds: int = 5
+                ) -> list[CommitCost]:
+    """The median time of a one-row INSERT that commits on its own, per server
+    and per synchronous_commit (on, off), in `rounds` interleaved rounds of
+    n / rounds commits, so a busy moment of the machine hits each alike."""
+    import psycopg
+
+    sessions = []       # (fsync, synchronous_commit, connection, times)
+    with contextlib.ExitStack() as stack:
+        for url in urls:
+            fsync = pg_settings(url)["fsync"]
+            for sync in ("on", "off"):
+                c = stack.enter_context(psycopg.connect(url, autocommit=True))
+                c.execute(f"SET synchronous_commit = {sync}")
+                c.execute("CREATE TABLE IF NOT EXISTS commit_cost (n int)")
+                sessions.append((fsync, sync, c, []))
+        for _ in range(rounds):
+            for _, _, c, got in sessions:
+                for k in range(max(1, n // rounds)):
+                    t = time.perf_counter()
+                    c.execute("INSERT INTO commit_cost VALUES (%s)", (k,))
+                    got.append(time.perf_counter() - t)
+        for _, sync, c, _ in sessions:
+            if sync == "on":            # one session per server
+                c.execute("DROP TABLE IF EXISTS commit_cost")
+    return [CommitCost(fsync, sync, len(got),
+                       round(statistics.median(got) * 1000, 3))
+            for fsync, sync, _, got in sessions]
+
+
+@contextlib.contextmanager
+def pgq_on(url: str, synchronous_commit: str = "on"):
+    """The PostgreSQL queue (`handson.queues.pgq`) on the server at `url`, its
+    sessions with this synchronous_commit; PGQ_URL as it was afterwards."""
+    from handson.queues import pgq
+
+    old = os.environ.get("PGQ_URL")
+    os.environ["PGQ_URL"] = url
+    pgq.conn().close()          # the next call connects to PGQ_URL as it is now
+    try:
+        pgq.conn().execute(f"SET synchronous_commit = {synchronous_commit}")
+        yield pgq
+    finally:
+        pgq.conn().close()
+        if old is None:
+            os.environ.pop("PGQ_URL", None)
+        else:
+            os.environ["PGQ_URL"] = old
+
+
+def costs(redis_url: str, pg_url: str, n: int = 500) -> Costs:
+    """Commit costs on the chapter's PostgreSQL (`pg_url`) and on a second one
+    with fsync on; then claim+ack per second through the Redis queue on the
+    chapter's Redis and on one with `appendfsync always`, and through the
+    PostgreSQL queue on each PostgreSQL. Each row says what its server's
+    settings promise (read from the server, not assumed)."""
+    from handson import q
+    from handson.redis_server import connect
+    from handson.redis_server import redis_url as private_redis
+
+    with fsync_on_postgres() as durable, \
+            private_redis(appendfsync="always") as aof:
+        commits = commit_cost([pg_url, durable])
+        queues = []
+        for url in (redis_url, aof):
+            r = connect(url, decode_responses=True)
+            with contextlib.closing(r):
+                queues.append(QueueCost(
+                    "Redis queue", *redis_durability(redis_settings(r)),
+                    round(claim_ack_rate(q, r, n))))
+        r = connect(redis_url, decode_responses=True)
+        with contextlib.closing(r):
+            for url, sync in ((pg_url, None), (durable, "on"), (durable, "off")):
+                got = pg_settings(url)
+                sync = sync or got["synchronous_commit"]
+                with pgq_on(url, sync) as pgq:
+                    queues.append(QueueCost(
+                        "PostgreSQL queue", *pg_durability(got["fsync"], sync),
+                        round(claim_ack_rate(pgq, r, n))))
+    return Costs(commits, queues)
 
 
 @dataclass
@@ -135,6 +349,73 @@ def backlog(jobs: int = 6000, slice_: int = 1000) -> Backlog:
                    one_slice())
 
 
+@dataclass
+class Race:
+    isolation: str
+    workers: int
+    jobs: int
+    claimed: int                # distinct jobs claimed, of `jobs`
+    refused: int                # claims that failed with SQLSTATE 40001
+    late_claimer: str           # what a claimer got whose snapshot predates a
+    #                             rival's claim (its job id, or its SQLSTATE)
+
+
+def claim_race(isolation: str, workers: int = 4, jobs: int = 1000) -> Race:
+    """`workers` threads drain a backlog of `jobs` with `pgq`'s claim, one
+    statement per transaction, at `isolation`; a claim refused with SQLSTATE
+    40001 is counted and tried again (`pgq.claim` itself would raise). Then
+    the race made certain: a claimer's transaction takes its snapshot, a
+    rival claims the head job and commits, and the first one claims."""
+    import psycopg
+
+    from handson.queues import pgq
+
+    def session() -> psycopg.Connection:
+        c = psycopg.connect(pgq.url(), autocommit=True)
+        c.execute(f"SET default_transaction_isolation = '{isolation}'")
+        return c
+
+    pgq.reset()
+    with pgq.conn().transaction():
+        for i in range(jobs):
+            pgq.enqueue(None, {"doc_id": i}, f"race-{i:05d}")
+    claimed, refused, lock = set(), [0], threading.Lock()
+
+    def worker() -> None:
+        with session() as c:
+            while True:
+                try:
+                    row = c.execute(pgq._CLAIM, (30.0,)).fetchone()
+                except psycopg.errors.SerializationFailure:
+                    with lock:
+                        refused[0] += 1
+                    continue
+                if row is None:
+                    return
+                with lock:
+                    claimed.add(row[0])
+
+    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    pgq.reset()
+    for i in range(2):
+        pgq.enqueue(None, {"doc_id": i}, f"late-{i}")
+    with session() as late, session() as rival:
+        late.execute("BEGIN")
+        late.execute("SELECT count(*) FROM pgq_jobs")     # its snapshot, now
+        rival.execute(pgq._CLAIM, (30.0,))                # takes late-0, commits
+        try:
+            got = late.execute(pgq._CLAIM, (30.0,)).fetchone()[0]
+        except psycopg.errors.SerializationFailure as err:
+            got = f"SQLSTATE {err.sqlstate}"
+        late.execute("ROLLBACK")
+    return Race(isolation, workers, jobs, len(claimed), refused[0], got)
+
+
 def main() -> int:
     from handson.infra import pg_server
     from handson.redis_server import connect, redis_url
@@ -151,7 +432,12 @@ def main() -> int:
         with contextlib.closing(r):
             print("claim+ack per s: redis", round(claim_ack_rate(q, r)),
                   "postgres", round(claim_ack_rate(pgq, r)))
+        found = costs(url, pg)
+        for row in [*found.commits, *found.queues]:
+            print(row)
         print(backlog())
+        for level in ("read committed", "repeatable read"):
+            print(claim_race(level))
     return 0
 
 

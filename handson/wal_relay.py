@@ -12,9 +12,12 @@ between its confirm and its enqueue, it loses the transaction's jobs, since the
 slot is the relay's only memory of what it still owes.
 
 No `sent` flag is written and no id order is trusted: a row committed late
-comes out of the slot when it commits. The price is on the server's disk: the
-slot keeps every WAL byte its reader has not confirmed (`retained_wal`), so a
-relay that stops confirming fills the disk until the slot is dropped.
+comes out of the slot when it commits. The relay confirms only positions it
+has read (see `relay_batch`): a confirm past what it read can jump a commit
+that was not yet flushed when it peeked, and that row is never published.
+The price is on the server's disk: the slot keeps every WAL byte its reader
+has not confirmed (`retained_wal`), so a relay that stops confirming fills
+the disk until the slot is dropped.
 
     python -m handson.outbox relay --db URL --redis URL --loop wal
 """
@@ -22,6 +25,7 @@ relay that stops confirming fills the disk until the slot is dropped.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from handson.effects.sqldb import Database
 
@@ -59,22 +63,58 @@ def drop_slot(db: Database, slot: str = SLOT) -> None:
              " WHERE slot_name = ?", (slot,))
 
 
+def flushed(db: Database) -> str:
+    """The WAL position the server has flushed: the end of what a peek reads."""
+    return db.query("SELECT pg_current_wal_flush_lsn()::text")[0][0]
+
+
 def relay_batch(db: Database, r, queue, batch: int = 100, pause=None,
-                slot: str = SLOT, confirm_first: bool = False) -> int:
+                slot: str = SLOT, confirm_first: bool = False,
+                end_of_log: Callable[[Database], str] = flushed) -> int:
     """Publish the outbox inserts of up to ~batch changes; confirm each
     transaction after its jobs are enqueued. Returns how many were published.
+
+    The slot is only ever confirmed to a position this call has read:
+
+    - each transaction's COMMIT, once its jobs are in the queue;
+    - when the peek finds nothing, the end of the log read *before* the peek
+      (`end_of_log`: the flush position) and given to the peek as its limit.
+
+    Why that is safe: logical decoding reads only WAL that is flushed. The
+    peek decodes from the slot until the flush position of the moment it
+    starts, or until the first record that reaches its limit, whichever
+    comes first; the flush position read before it is at or below the
+    first. So an empty peek has decoded every record that begins before its
+    limit, and no commit there is left unpublished. (Read after the peek,
+    the flush position could include a commit flushed while it ran.)
+
+    Why anything further is not: a slot confirmed to a position never hands
+    out a transaction whose commit record begins before it. The write
+    position (`pg_current_wal_lsn()`, what this relay used to confirm) runs
+    ahead of the flush while an fsync is under way, or while the server
+    writes out WAL buffers nobody has asked to flush yet. A commit in
+    between is not read by the peek, is flushed a moment later, and
+    `pg_replication_slot_advance` (which moves as far as the flush has got
+    when it runs) puts the slot past it: a job lost with no error anywhere.
+    `outbox_runs.unflushed_commit` opens that gap on purpose, with the old
+    rule passed in as `end_of_log`.
+
+    Why confirm on an empty peek at all: so that the slot moves past WAL that
+    held nothing for it (other databases' transactions, checkpoints, vacuum),
+    as a streaming client's keepalive does. A relay that confirmed only
+    commits would keep all of that WAL for as long as its own database is
+    quiet.
 
     `confirm_first` is the wrong order, kept to be measured: the transaction
     is confirmed before its jobs are enqueued, so a relay killed between the
     two has told the slot it owes nothing, and those jobs are never sent."""
     ensure_slot(db, slot)
-    upto = db.query("SELECT pg_current_wal_lsn()::text")[0][0]
+    upto = end_of_log(db)
     rows = db.query("SELECT lsn::text, data FROM pg_logical_slot_peek_changes("
                     "?, ?::pg_lsn, ?, 'include-xids', '0')", (slot, upto, batch))
     if not rows:
-        # Caught up: nothing committed before `upto` is unpublished, so the
-        # slot may move there (past WAL that held nothing for it, as a
-        # streaming client's keepalive does) and the server can let it go.
+        # Caught up to `upto`, which the peek has read through: nothing
+        # committed before it is unpublished.
         _confirm(db, slot, upto)
         return 0
     published = 0
@@ -94,7 +134,9 @@ def relay_batch(db: Database, r, queue, batch: int = 100, pause=None,
 
 
 def _transactions(rows):
-    """(COMMIT lsn, [(outbox id, doc id), ...]) for each transaction peeked."""
+    """(COMMIT lsn, [(outbox id, doc id), ...]) for each transaction peeked.
+    A COMMIT row's lsn is the end of its commit record, so confirming it
+    covers that transaction and nothing after it."""
     jobs = []
     for lsn, data in rows:
         m = _INSERT.match(data)
