@@ -13,6 +13,7 @@ a notebook from an earlier release is graded on the learner's answers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -87,6 +88,17 @@ def write_no_link(path: Path, data: bytes) -> str:
         f.truncate()
         f.write(data)
     return ""
+
+
+@contextlib.contextmanager
+def run_dir(name: str):
+    """A grading run's work dir, named as a learner's own copy is
+    (`<tmp>/<random>/<assignment>`): nothing the learner's code reads of its
+    folder says it is graded. Removed with what is in it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp) / name
+        workdir.mkdir()
+        yield workdir
 
 
 def _execution_problems(summary: dict, finished: sandbox.Finished,
@@ -185,8 +197,7 @@ def grade(path: str | Path, quick: bool = False, progress=None,
     ready = notebook.for_grading(nb, name)
     nb = ready.nb
     problems += ready.problems
-    with tempfile.TemporaryDirectory(prefix=f"eo-grade-{name}-") as tmp:
-        workdir = Path(tmp)
+    with run_dir(name) as workdir:
         say(f"running the learner's cells of {nb_path.name}")
         found, isolation = run_learner_cells(nb, module, workdir, quick,
                                              executed_copy)

@@ -49,10 +49,9 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float) -> dict:
                           "evalue": "the cell ran past its time limit and was "
                                     "interrupted (an endless loop?)",
                           "traceback": []},
-        shutdown_kernel="immediate",
-        # the kernel's own log lines (e.g. "Kernel is running over TCP without
-        # encryption") are not the learner's business; its errors still show
-        extra_arguments=["--log-level=ERROR"])
+        # no arguments of ours: the kernel's command line is a learner's own
+        # (the grade leaves its log lines out of what it shows, `grade._NOISE`)
+        shutdown_kernel="immediate")
     summary: dict = {"errors": [], "timed_out": [], "kernel_died": None,
                      "executed": 0}
     try:

@@ -647,8 +647,10 @@ def main() -> int:
     here = Path(__file__).resolve().parent      # no `import q` from here
     sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != here]
     _skew_clock(settings.get("skew"))
+    spec = sys.argv[1]
+    sys.argv[:] = [spec]        # as `python MODULE` has it: no word of ours
     try:
-        module = _load(sys.argv[1])
+        module = _load(spec)
     except RuntimeError as err:
         outbox.write(json.dumps({"load_error": str(err)}) + "\n")
         outbox.flush()
