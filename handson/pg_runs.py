@@ -23,12 +23,9 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from unittest import mock
 
 from handson.faults.engine import ChaosConfig, Report, run
 
@@ -90,33 +87,13 @@ def claim_ack_rate(queue, r, n: int = 2000) -> float:
 
 # --- what durability costs ------------------------------------------------------
 
-@contextlib.contextmanager
-def fsync_on_postgres() -> Iterator[str]:
+def fsync_on_postgres():
     """A second throwaway cluster, made by the same code as the course's, with
-    fsync on; its URL for the block's length.
-
-    The course's cluster runs `postgres -F`: fsync off, so no commit waits for
-    a disk (fine for a cluster deleted after the run). `-F` is a command-line
-    setting, and a command-line setting outranks `ALTER SYSTEM` (after
-    `ALTER SYSTEM SET fsync = on` and a reload, pg_settings still says
-    `fsync = off`, source "command line"), so that server cannot be switched.
-    This one is started by `pg_server.throwaway_postgres` with `-F` left out
-    of the server's command line; `pg_settings` reads the setting back."""
+    fsync on (the course's runs with it off: a command-line setting, which
+    `ALTER SYSTEM` cannot switch); `pg_settings` reads the setting back."""
     from handson.infra import pg_server
 
-    class _WithoutF:            # pg_server's `subprocess`, minus postgres's -F
-        def __getattr__(self, name):
-            return getattr(subprocess, name)
-
-        @staticmethod
-        def Popen(args, *a, **kw):  # noqa: N802 - subprocess's name
-            if any(os.path.basename(str(x)) == "postgres" for x in args):
-                args = [x for x in args if x != "-F"]
-            return subprocess.Popen(args, *a, **kw)
-
-    with mock.patch.object(pg_server, "subprocess", _WithoutF()), \
-            pg_server.throwaway_postgres() as url:
-        yield url
+    return pg_server.throwaway_postgres(fsync=True)
 
 
 def pg_settings(url: str) -> dict[str, str]:
