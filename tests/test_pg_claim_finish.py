@@ -44,6 +44,36 @@ WRONG = {
                      "        apply_effect(c, job_id, attempt, doc_id, score)\n"
                      "    return ack(r, job_id, attempt)\n")],
         "finish_refused_no_effect"),
+    # picks the row in one statement (its own transaction), claims it in the next
+    "claim_in_two_statements": (
+        [("""    row = conn().execute(\"\"\"
+        UPDATE pgq_jobs SET state""", """    picked = conn().execute(
+        "SELECT id FROM pgq_jobs WHERE state = 'pending' "
+        "ORDER BY queued_at, id LIMIT 1 FOR UPDATE SKIP LOCKED").fetchone()
+    if picked is None:
+        return None
+    row = conn().execute(\"\"\"
+        UPDATE pgq_jobs SET state"""),
+         ("""         WHERE id = (SELECT id FROM pgq_jobs WHERE state = 'pending'
+                      ORDER BY queued_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+        RETURNING id, payload, attempt\"\"\", (lease_s,))""",
+          """         WHERE id = %s
+        RETURNING id, payload, attempt\"\"\", (lease_s, picked[0]))""")],
+        "claim_skips_locked"),
+    # the lease from the worker's clock, not the server's
+    "lease_from_worker_clock": (
+        [("lease_until = clock_timestamp() + make_interval(secs => %s)",
+          "lease_until = to_timestamp(%s)"),
+         ("RETURNING id, payload, attempt\"\"\", (lease_s,))",
+          "RETURNING id, payload, attempt\"\"\", (time.time() + lease_s,))"),
+         ("import psycopg\n", "import time\n\nimport psycopg\n")],
+        # and its zombie case's short lease never runs out by the server's clock
+        "claim_oldest_with_lease", "finish_refused_no_effect"),
+    # the fence forgets `failed`: the attempt's own fail does not stop its finish
+    "finish_after_own_fail": (
+        [(" AND attempt = %s AND state = 'inflight' AND NOT failed\"",
+          " AND attempt = %s AND state = 'inflight'\"")],
+        "finish_refused_no_effect"),
     # the ack commits alone, then the effect, which may fail
     "ack_then_effect": (
         [(ACK_IN_TX, "    if not ack(r, job_id, attempt):\n        return False\n"
@@ -64,6 +94,12 @@ def effects(r=None):
     n = len(jobs)
     return applied, {"rows": n, "naive_rows": n, "naive_distinct": n, "counter": n}
 """
+
+
+# What the failing check's message must say, where not the fix's keyword.
+SAYS = {"claim_in_two_statements": "meanwhile a rival claim",
+        "lease_from_worker_clock": "worker's clock",
+        "finish_after_own_fail": "own fail"}
 
 
 def module_of(path) -> str:
@@ -182,12 +218,13 @@ def test_a_finish_in_two_transactions_loses_the_chaos_point_whatever_it_says(gra
 @pytest.mark.parametrize("bug", list(WRONG))
 def test_a_wrong_version_loses_the_check_that_names_its_bug(graded, bug):
     out, _, _ = graded[bug]
-    loses = WRONG[bug][1]
+    loses, *also = WRONG[bug][1:]
     verdict = {o.name: o.ok for o in out}
-    assert verdict == {name: name != loses for name in STAGED}, \
+    assert verdict == {name: name not in (loses, *also) for name in STAGED}, \
         [(o.name, o.message, o.got) for o in out]
     lost = next(o for o in out if o.name == loses)
-    assert ("ONE transaction" if "finish" in loses else "SKIP LOCKED") in lost.message
+    assert SAYS.get(bug, "ONE transaction" if "finish" in loses else "SKIP LOCKED") \
+        in lost.message, lost.message
 
 
 def test_the_stub_scores_zero_without_a_chaos_run(graded):

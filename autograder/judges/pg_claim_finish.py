@@ -10,13 +10,18 @@ It is judged by behaviour, on a PostgreSQL of the run's own where the learner's
 code logs in as a role that owns one schema and nothing else
 (`autograder.isolation.pg_run`):
 
-- staged cases, one trusted harness (`observe`) calling the module in a host
-  process confined like every learner process: the claim's order and lease; a
-  claim while another transaction holds the oldest pending row's lock (the
-  judge's own, as a rival claimer mid-statement would); `finish` from an
-  attempt whose lease expired and whose job was claimed again (the ack is
-  refused: the effect must not stay); `finish` whose effect the server refuses
-  (the judge adds a CHECK that fails it: the ack must not stay);
+- staged cases, one trusted harness (`observe`) calling the module in host
+  processes confined like every learner process, their clocks an hour ahead
+  of the server's (a lease from the worker's clock is an hour off): the
+  claim's order and lease; a claim while another transaction holds the oldest
+  pending row's lock (the judge's own, as a rival claimer mid-statement
+  would); a claim stopped as each of its round trips starts (its host counts
+  SQL statements and COMMITs) while a rival host claims, which must not get
+  the same job; `finish` from an attempt whose lease expired and whose job was
+  claimed again, and from an attempt after its own `fail` (the ack is refused:
+  the effect must not stay; the next reap takes the job back); `finish` whose
+  effect the server refuses (the judge adds a CHECK that fails it: the ack
+  must not stay);
 - a chaos run (`handson.chaos --tx-effect`, no dedup key): workers SIGKILLed at
   random, right after their commit and as `finish` starts its last round trip
   (its host counts the SQL statements and COMMITs); nothing lost, no effect
@@ -44,6 +49,7 @@ from autograder.isolation import pg_run, sandbox
 from autograder.judges import queue_runs
 from autograder.judges.checks import Check, Evaluation, ModuleFile, not_run, outcome
 from handson.infra import pg_server, trusted_read
+from handson.infra.learner_module import SKEW_ENV
 
 NAME = "pg_claim_finish"
 MODULE_FILE = "mypgq.py"
@@ -51,9 +57,11 @@ CHECKS = [
     Check("claim_oldest_with_lease", 1,
           "claim hands out the oldest pending job, attempt 1, with a server lease"),
     Check("claim_skips_locked", 3,
-          "a row locked by another transaction: claim takes the next one at once"),
+          "a row locked by another transaction: claim takes the next one at once; "
+          "a rival between its statements never gets the same job"),
     Check("finish_refused_no_effect", 2,
-          "a finish whose ack is refused (a zombie) leaves no effect"),
+          "a finish whose ack is refused (a zombie, or after its own fail) "
+          "leaves no effect"),
     Check("finish_failed_no_ack", 2,
           "a finish whose effect fails leaves the job unacked"),
     Check("chaos_nothing_lost", 2, "kill -9 chaos: every job's effect applied"),
@@ -67,6 +75,7 @@ NOTEBOOK_TIMEOUT_S = 120
 STAGED_TIMEOUT_S = 90
 CHAOS_TIMEOUT_S = 150
 BLOCKED_S = 3.0                     # a claim still waiting after this is blocked
+SKEW_S = 3600.0                     # the learner's hosts run an hour ahead
 JUDGE_ENV = "EO_JUDGE_PG_URL"       # the harness's (the learner's role)
 ONE_TX = ("run the effect's INSERT and the ack's UPDATE in ONE transaction "
           "(`with c.transaction():`), and raise or roll back when the ack "
@@ -105,7 +114,7 @@ class Judge:
         return self.conn.transaction()
 
 
-def _claim_oldest(q, judge) -> dict:
+def _claim_oldest(q, judge, rival) -> dict:
     for i in (1, 2, 3):
         q.enqueue(None, {"doc_id": i}, f"j{i}")
     claims = [q.claim(None, 30.0) for _ in range(4)]
@@ -116,7 +125,7 @@ def _claim_oldest(q, judge) -> dict:
             "lease_left_s": None if lease is None else float(lease)}
 
 
-def _skip_locked(q, judge) -> dict:
+def _skip_locked(q, judge, rival) -> dict:
     q.enqueue(None, {"doc_id": 1}, "j1")
     q.enqueue(None, {"doc_id": 2}, "j2")
     got: dict = {}
@@ -140,7 +149,49 @@ def _skip_locked(q, judge) -> dict:
         return {"error": got["error"]}
     c = got.get("claim")
     return {"blocked": blocked, "waited_s": round(waited, 2),
-            "got": c[0] if c else None}
+            "got": c[0] if c else None, "interleaved": _interleaved(q, rival)}
+
+
+MAX_STEPS = 12          # a claim stopped after each of its first 12 round trips
+
+
+def _interleaved(q, rival) -> dict:
+    """claim stopped as each of its round trips (SQL statement, COMMIT) but the
+    first starts, while a rival host claims: two jobs pending, the two claims
+    must get different jobs. The first schedule that hands one out twice."""
+    def fresh() -> None:
+        q.reset(None)
+        q.enqueue(None, {"doc_id": 1}, "j1")
+        q.enqueue(None, {"doc_id": 2}, "j2")
+
+    fresh()
+    seen: list[int] = []
+    q.arm_pause("steps", seen.append)
+    q.claim(None, 30.0)
+    steps, trail = len(seen) + 1, q.trail("claim")
+    for k in range(1, min(steps, MAX_STEPS + 1)):
+        fresh()
+        other: dict = {}
+
+        def meanwhile(done: int, k=k, other=other) -> None:
+            if done != k or other:
+                return
+            t = threading.Thread(target=lambda: other.update(
+                claim=rival.claim(None, 30.0)), daemon=True)
+            other["thread"] = t
+            t.start()
+            t.join(BLOCKED_S)           # a rival behind this claim's lock waits
+        q.arm_pause("steps", meanwhile)
+        mine = q.claim(None, 30.0)
+        if "thread" in other:
+            other["thread"].join(60)
+        theirs = other.get("claim")
+        if mine and theirs and mine[0] == theirs[0]:
+            return {"steps": steps, "k": k, "job": mine[0],
+                    "before": trail[k - 1] if k - 1 < len(trail) else "?",
+                    "next": trail[k] if k < len(trail) else "?",
+                    "attempts": [mine[2], theirs[2]]}
+    return {"steps": steps, "k": None}
 
 
 def _scores(judge, job: str) -> int:
@@ -153,7 +204,7 @@ def _state(judge, job: str) -> str:
                          (job,)).fetchone()[0]
 
 
-def _zombie(q, judge) -> dict:
+def _zombie(q, judge, rival) -> dict:
     q.enqueue(None, {"doc_id": 1}, "j1")
     old = q.claim(None, 0.3)
     time.sleep(0.6)
@@ -165,10 +216,28 @@ def _zombie(q, judge) -> dict:
     after = _scores(judge, "j1")
     owner = q.finish(None, "j1", new[2], 1, 0.5)
     return {"zombie": zombie, "scores_after_zombie": after, "owner": owner,
-            "scores": _scores(judge, "j1"), "state": _state(judge, "j1")}
+            "scores": _scores(judge, "j1"), "state": _state(judge, "j1"),
+            "after_fail": _after_own_fail(q, judge)}
 
 
-def _effect_fails(q, judge) -> dict:
+def _after_own_fail(q, judge) -> dict:
+    """The same attempt's finish after its own fail: refused, no effect; the
+    next reap takes the job back and the next claim is a new attempt."""
+    q.enqueue(None, {"doc_id": 2}, "j2")
+    job = q.claim(None, 30.0)
+    if not job or job[0] != "j2":
+        return {"error": f"claim returned {job!r} with only j2 pending"}
+    failed = q.fail(None, "j2", job[2], "the work failed")
+    again = q.finish(None, "j2", job[2], 2, 0.5)
+    scores = _scores(judge, "j2")
+    q.reap(None)
+    state = _state(judge, "j2")
+    nxt = q.claim(None, 30.0)
+    return {"attempt": job[2], "fail": failed, "finish": again, "scores": scores,
+            "state_after_reap": state, "next": list(nxt) if nxt else None}
+
+
+def _effect_fails(q, judge, rival) -> dict:
     q.enqueue(None, {"doc_id": 1}, "j1")
     job = q.claim(None, 30.0)
     if not job:
@@ -196,13 +265,14 @@ def harness(path: str, schema: str) -> None:
 
     from handson.queues.contract import load_queue
 
-    q = load_queue(path)
+    os.environ[SKEW_ENV] = repr(SKEW_S)     # the hosts' clocks, not the server's
+    q, rival = load_queue(path), load_queue(path)
     with psycopg.connect(os.environ[JUDGE_ENV], autocommit=True) as conn:
         judge = Judge(conn, schema)
         for name, case in CASES.items():
             try:
                 q.reset(None)
-                data = case(q, judge)
+                data = case(q, judge, rival)
             except Exception as err:            # noqa: BLE001 - reported
                 data = {"error": f"{type(err).__name__}: {err}"[:600]}
             print(json.dumps({name: data}), flush=True)
@@ -240,6 +310,7 @@ def observe(path: str, redis_url: str, db: pg_run.RunDatabase,
     elif chaos:
         env.pop(JUDGE_ENV)
         env["IDEM"] = "0"                   # no dedup key: only the transaction
+        env["PGQ_URL"] = db.learner_url     # the engine's own reader: its ledger
         try:
             obs["chaos"] = queue_runs.chaos(path, redis_url, chaos_args(),
                                             CHAOS_TIMEOUT_S, env=env)
@@ -274,13 +345,26 @@ def _staged(obs: dict, by: dict) -> list:
         out.append(outcome(
             c, ok, "claim the oldest pending row (ORDER BY queued_at, id), bump "
             "its attempt, set lease_until = clock_timestamp() + the lease, and "
-            "return (id, payload, attempt); None when nothing is pending",
+            "return (id, payload, attempt); None when nothing is pending. The "
+            "grader runs your code an hour ahead of the server: a lease from the "
+            "worker's clock (time.time()) is an hour off",
             "j1, j2, j3 at attempt 1, then None; j1's lease about 30 s",
             f"{d['claims']}; j1's lease {d['lease_left_s']} s"))
     d, err = _case(obs, "claim_skips_locked")
     c = by["claim_skips_locked"]
+    twice = (d or {}).get("interleaved", {})
     if d is None:
         out.append(outcome(c, False, err))
+    elif twice.get("k"):
+        out.append(outcome(
+            c, False, f"claim stopped after round trip {twice['k']} of "
+            f"{twice['steps']} ({twice['before']}), before {twice['next']}; "
+            "meanwhile a rival claim from another connection ran; then both "
+            f"claims returned {twice['job']} (attempts {twice['attempts']}): pick "
+            "and claim the row in ONE statement (UPDATE ... WHERE id = (SELECT "
+            "... FOR UPDATE SKIP LOCKED) RETURNING ...), so no rival gets "
+            "between them",
+            "two claims, two different jobs", f"{twice['job']} twice"))
     else:
         out.append(outcome(
             c, not d["blocked"] and d["got"] == "j2",
@@ -295,15 +379,35 @@ def _staged(obs: dict, by: dict) -> list:
     if d is None:
         out.append(outcome(c, False, err))
     else:
-        out.append(outcome(
-            c, d["zombie"] is False and d["scores_after_zombie"] == 0
-            and d["owner"] is True and d["scores"] == 1 and d["state"] == "done",
-            ONE_TX + ": the expired attempt's ack is refused, so its effect must "
-            "roll back with it",
-            "zombie's finish False with 0 scores; the owner's True, 1 score",
-            f"zombie's finish {d['zombie']!r} with {d['scores_after_zombie']} "
-            f"score(s); the owner's {d['owner']!r}, {d['scores']} score(s), "
-            f"job {d['state']}"))
+        failed = d.get("after_fail", {})
+        fail_ok = (failed.get("finish") is False and failed.get("scores") == 0
+                   and failed.get("state_after_reap") == "pending"
+                   and (failed.get("next") or [None, None, 0])[2]
+                   == failed.get("attempt", -1) + 1)
+        zombie_ok = (d["zombie"] is False and d["scores_after_zombie"] == 0
+                     and d["owner"] is True and d["scores"] == 1
+                     and d["state"] == "done")
+        if zombie_ok and not fail_ok:
+            out.append(outcome(
+                c, False, "finish after the same attempt's own fail must be "
+                "refused with no effect: fence on the attempt, still in flight "
+                "AND not failed (the course's `_MINE`), in the one transaction; "
+                "then the next reap takes the job back for a new attempt",
+                "finish False, 0 scores; after reap pending; next claim attempt "
+                f"{failed.get('attempt', '?')}+1",
+                failed.get("error") or
+                f"fail {failed.get('fail')!r}, then finish {failed.get('finish')!r}"
+                f" with {failed.get('scores')} score(s); after reap "
+                f"{failed.get('state_after_reap')}; next claim {failed.get('next')}"))
+        else:
+            out.append(outcome(
+                c, zombie_ok,
+                ONE_TX + ": the expired attempt's ack is refused, so its effect "
+                "must roll back with it",
+                "zombie's finish False with 0 scores; the owner's True, 1 score",
+                f"zombie's finish {d['zombie']!r} with {d['scores_after_zombie']} "
+                f"score(s); the owner's {d['owner']!r}, {d['scores']} score(s), "
+                f"job {d['state']}"))
     d, err = _case(obs, "finish_failed_no_ack")
     c = by["finish_failed_no_ack"]
     if d is None:
