@@ -9,6 +9,9 @@
                                                 # (--dry-run: what would regrade)
     python -m autograder corpus [FOLDER]        # our wrong and correct queues:
                                                 # the catch rate
+    python -m autograder bench [--assignment NAME] [--repeat N] [--json]
+                                                # what grading each reference
+                                                # costs, beside nbgrader's
 
 Exit code: 0 full marks, 1 points lost, 2 could not grade (bad path or name).
 """
@@ -104,12 +107,24 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: the tests' corpus)")
     q.add_argument("--workers", type=int, default=3,
                    help="queues graded at once (default 3)")
+    b = sub.add_parser("bench", help="what grading each assignment's reference "
+                       "costs (wall, CPU, tasks; judge, learner, servers), beside "
+                       "nbgrader autograde of the same notebook")
+    b.add_argument("--assignment", action="append", metavar="NAME",
+                   help="only this assignment (repeatable; default: all)")
+    b.add_argument("--repeat", type=int, default=1,
+                   help="runs per assignment; the run of median CPU is shown")
+    b.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
 
     if args.cmd == "corpus":
         from autograder.judges import corpus
 
         return corpus.main(args.folder, max(1, args.workers))
+    if args.cmd == "bench":
+        from autograder import bench
+
+        return bench.main(args)
     if args.cmd == "list":
         for name in assignments.names():
             mod = assignments.load(name)

@@ -19,8 +19,8 @@ import pytest
 from autograder.grade import replayable
 from autograder.isolation import sandbox
 from autograder.judges import claim_ack_reap, heartbeat_trial, heartbeats, queue_runs
-from handson.faults import engine
 from handson.faults.engine import ChaosConfig, run
+from handson.faults.judge import _Judge
 from handson.infra import remote_module
 from handson.redis_server import connect
 
@@ -52,7 +52,7 @@ def test_only_a_worker_killed_in_its_loop_may_hide_a_claim():
     """A kill excuses an unlogged claim only if the worker had logged its start
     and held no job: one killed while still starting never claimed (counting
     those once let a loaded run excuse every job dead_hides_lost dropped)."""
-    judge = object.__new__(engine._Judge)
+    judge = object.__new__(_Judge)
     judge.cfg = ChaosConfig()
     judge.run = SimpleNamespace(cfg=judge.cfg,
                                 kills=[(100, 1), (200, 2), (300, 3), (400, 4)])

@@ -1,6 +1,7 @@
 """The layout holds: imports point down the groups of `handson/`, `handson` never
-imports `autograder`, `autograder/`'s folders import as the README says, and the
-README's layout table names every folder of both.
+imports `autograder`, `autograder/`'s folders import as the README says, no two
+modules import each other even by a detour, and the README's layout table names
+every folder of both and every top-level module of `handson/`.
 
 Read from the source with `ast` (nothing is imported), so a wrong import fails
 here even in a module no other test loads.
@@ -156,6 +157,49 @@ def test_the_checker_catches_autograder_folders_importing_wrongly():
         assert not violations(mine, imports(text, mine, False), set())
 
 
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of `graph` (module -> the modules it imports): each a
+    path that ends where it starts, one per circle found."""
+    found, done = [], set()
+
+    def walk(module: str, path: list[str]) -> None:
+        for name in sorted(graph.get(module, ())):
+            if name in path:
+                found.append(path[path.index(name):] + [name])
+            elif name not in done:
+                walk(name, path + [name])
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            walk(module, [module])
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every module's imports of the course's own modules, also those inside a
+    function: a late import still ties the two together."""
+    src = sources()
+    return {mod: {n for n in imports(text, mod, path.name == "__init__.py")
+                  if n in src and n != mod}
+            for mod, (path, text) in src.items()}
+
+
+def test_no_import_circle():
+    found = cycles(import_graph())
+    assert not found, "import circles (move what both need below both):\n" + \
+        "\n".join(" -> ".join(c) for c in found)
+
+
+def test_the_circle_check_catches_one():
+    graph = import_graph()
+    graph["autograder.judges.results"] = graph["autograder.judges.results"] | {
+        "autograder.notebooks.feedback"}
+    found = cycles(graph)
+    assert any("autograder.notebooks.feedback" in c and
+               "autograder.judges.results" in c for c in found), found
+
+
 def packages(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir()
                   if p.is_dir() and (p / "__init__.py").exists())
@@ -172,6 +216,15 @@ def test_every_folder_is_a_group_and_in_the_readme_table():
     rows = layout_rows(ROOT / "README.md")
     missing = [f"handson/{f}/" for f in folders if f"handson/{f}/" not in rows]
     assert "handson/" in rows and not missing, f"README layout table lacks {missing}"
+
+
+def test_the_readme_names_every_top_level_module_of_handson():
+    table = (ROOT / "README.md").read_text().split("## Layout", 1)[1]
+    row = re.search(r"^\| `handson/` \|(.*)$", table, re.M).group(1)
+    named = {n.removesuffix(".py") for n in re.findall(r"`([\w.]+)`", row)}
+    modules = {p.stem for p in HANDSON.glob("*.py")} - {"__init__"}
+    missing = sorted(modules - named)
+    assert not missing, f"README's handson/ row lacks {missing}"
 
 
 def test_every_autograder_folder_is_named_and_in_both_layout_tables():

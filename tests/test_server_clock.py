@@ -8,7 +8,8 @@ in a test would move it for the whole machine, so the judge is fed readings.
 
 from types import SimpleNamespace
 
-from handson.faults.engine import ChaosConfig, _Judge
+from handson.faults.engine import ChaosConfig
+from handson.faults.judge import _Judge
 from handson.faults.server_clock import ServerClock
 
 MS = 1_000_000

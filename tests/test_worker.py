@@ -311,7 +311,7 @@ def test_an_armed_reaper_stops_between_reading_a_job_and_acting_on_it(
     stops right after the read (SIGSTOP, its own or its host's call held);
     meanwhile the job is reaped and claimed again; resumed, it requeues the job
     its new owner holds, which the next claim gets as a third attempt."""
-    from handson.faults.engine import _stopped
+    from handson.faults.pool import _stopped
 
     mod, r, w = _armed_reaper(redis_url, tmp_path, "reap_not_atomic.py", hosted)
     workers.append(w)

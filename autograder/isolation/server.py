@@ -46,7 +46,8 @@ def prefix(workdir, status, mem_mb: int, pids: int, disk_mb: int,
     """The argv prefix that starts one server confined in `workdir`."""
     argv = [sys.executable, "-m", "autograder.isolation.confine", "--workdir",
             str(workdir), "--mem-mb", str(mem_mb), "--pids", str(pids),
-            "--disk-mb", str(disk_mb), "--status", str(status)]
+            "--disk-mb", str(disk_mb), "--status", str(status), "--account",
+            "server"]
     return argv + (["--identity", identity] if identity else []) + ["--"]
 
 

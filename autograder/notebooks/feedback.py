@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from html import escape
 
-from autograder.judges.checks import GradeResult, Outcome
+from autograder.judges.results import GradeResult, Outcome
 from handson.faults import timeline
 from handson.queues.cost import PER_JOB, advice
 

@@ -13,8 +13,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from handson.breakit import iters_for
-from handson.faults.engine import ChaosConfig, _read_events
+from handson.faults.engine import ChaosConfig
 from handson.faults.engine import run as chaos_run
+from handson.faults.logs import _read_events
 
 ENDS = ("ack", "ack_refused", "extend_refused", "abandoned", "fail")
 

@@ -1,0 +1,32 @@
+"""`python -m autograder bench`: a grading's cost from the kernel's accounting,
+split into the judge, the learner's code and the servers."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_of_the_cheapest_assignment_adds_up():
+    res = subprocess.run([sys.executable, "-m", "autograder", "bench",
+                          "--assignment", "delivery_semantics", "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    [row] = json.loads(res.stdout)
+    assert row["assignment"] == "delivery_semantics" and row["runs"] == 1
+    # cgroups (the learner's and the servers' CPU) and the PID namespace
+    # (every task counted) need root; without it only the total is counted
+    counted = os.geteuid() == 0
+    for grader in ("grade", "nbgrader"):
+        m = row[grader]
+        assert m["ok"] and m["wall_s"] > 0 and m["cpu_s"] > 0, (grader, m)
+        parts = [m["judge_s"], m["learner_s"], m["servers_s"]]
+        assert all(p > 0 for p in (parts if counted else parts[:1])), (grader, m)
+        slack = 0.05 * m["cpu_s"] + 0.3     # launchers' exits past the reading
+        assert sum(parts[1:]) <= m["cpu_s"] + slack, (grader, m)
+        assert max(parts) <= m["cpu_s"] + slack, (grader, m)
+        if counted:
+            assert m["tasks"] > 2, (grader, m)
