@@ -84,7 +84,7 @@ class ChaosConfig:
     # then run out too, which a correct queue survives.
     hold_s: float = 0.0
     # The effect and the ack as one transaction in the queue's own database
-    # (the queue's `finish`; its `effects` is then the ledger), not results.db.
+    # (the queue's `finish`; `pgq.ledger` then reads it), not results.db.
     tx_effect: bool = False
 
     def __post_init__(self):
