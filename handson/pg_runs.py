@@ -46,6 +46,7 @@ class Side:
     after_commit_kills: int
     applied_twice: int
     lost: int
+    dead_letter: int     # jobs in the dead-letter table: the poison, no effect
     effects: int
     jobs: int
 
@@ -64,7 +65,7 @@ def side_by_side(redis_url: str, docs: int = 150, seed: int = 1
         sides.append(Side(label, rep.verdict, s["kills"],
                           s["faults"]["crash_kills"]["after-commit"],
                           rep.invariants["applied_twice"].count, s["lost"],
-                          s["counter"], s.get("enqueued", docs)))
+                          s["dlq"], s["counter"], s.get("enqueued", docs)))
         reports.append(rep)
     return sides, reports
 

@@ -58,6 +58,16 @@ def test_knee_is_where_more_workers_stop_helping():
     assert straight.knee == 4 and not straight.bent     # no bend is not a knee
 
 
+def test_the_sentence_past_the_knee_is_chosen_by_the_rates():
+    def said(rates):
+        return measure.Throughput(1, 1, 2, rates).after_knee
+    assert "only took turns" in said({1: 100.0, 2: 190.0, 4: 200.0, 24: 185.0})
+    assert "cost more" in said({1: 100.0, 2: 190.0, 4: 200.0, 24: 120.0})
+    assert "kept climbing" in said({1: 100.0, 2: 190.0, 4: 200.0, 24: 260.0})
+    none = said({1: 97.0, 2: 184.0, 4: 255.0})
+    assert none.startswith("no knee up to 4 workers") and "took turns" not in none
+
+
 def test_lag_drains_at_capacity_minus_arrivals(redis_url, capsys, tmp_path):
     x = measure.lag("small", out=str(tmp_path), url=redis_url)
     printed = capsys.readouterr().out
@@ -85,3 +95,23 @@ def test_drain_slope_fits_the_straight_part():
     samples = [(t, 0 if t < 2 else max(0, 1000 - 100 * (t - 2)), 0.0)
                for t in range(20)]
     assert measure.drain_slope(samples, 2) == pytest.approx(-100)
+
+
+def test_watch_asks_redis_cli_once_a_second(redis_url):
+    lines = measure.watch(seconds=2, docs=40, url=redis_url)
+    assert len(lines) == 3 and all("used_memory_human" in x for x in lines)
+    first, last = (int(x.split("LLEN")[1].split()[0]) for x in (lines[0], lines[-1]))
+    assert first >= last
+
+
+def test_the_review_wants_the_naive_sink_to_double_its_killed_commits():
+    from handson.book import review
+
+    shown = {"naive": {"kills": 10, "duplicates": 9, "lost": 0},
+             "idem": {"kills": 10, "duplicates": 0, "lost": 0}}
+    review.check_chaos(shown)
+    for bad in ({"naive": {**shown["naive"], "duplicates": 0}},
+                {"naive": {**shown["naive"], "kills": 2}},
+                {"idem": {**shown["idem"], "duplicates": 1}}):
+        with pytest.raises(AssertionError):
+            review.check_chaos({**shown, **bad})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,64 @@ def test_the_glossary_defines_the_log_and_storage_terms(pages):
     for term in ("visibility-timeout", "offset", "consumer-group", "hash-slot",
                  "vacuum"):
         assert f'id="term-{term}"' in glossary, f"the glossary lacks {term}"
+
+
+def _leaks(page: str, roots: tuple[str, ...]) -> list[str]:
+    """A traceback, or an absolute path of the machine that built the page.
+
+    `roots` are that machine's own folders (the repository, its home, its
+    temporary directory). A reader cannot use them, and a traceback printed
+    under a cell is a cell that failed, not a lesson.
+    """
+    text = _text(_main(page))
+    found = ["a traceback"] if "Traceback (most recent call last)" in text else []
+    for root in roots:
+        at = re.search(rf"(?<![\w./-]){re.escape(root.rstrip('/'))}(?=/)", text)
+        if at:
+            found.append(text[at.start():at.start() + 60].split()[0])
+    return found
+
+
+def _machine_roots() -> tuple[str, ...]:
+    roots = {str(ROOT), str(Path.home()), tempfile.gettempdir(), "/tmp"}
+    return tuple(sorted(r for r in roots if r not in ("", "/")))
+
+
+def test_no_page_prints_a_traceback_or_a_path_of_the_build_machine(pages):
+    roots = _machine_roots()
+    leaks = {name: hits for name, page in pages.items()
+             if (hits := _leaks(page, roots))}
+    assert leaks == {}, f"pages printing tracebacks or build paths: {leaks}"
+
+
+def test_the_leak_guard_catches_a_traceback_and_a_path():
+    page = ('<article class="bd-article"><pre>Traceback (most recent call last):\n'
+            '  File "/home/b/repo/handson/x.py", line 3</pre></article>')
+    assert _leaks(page, ("/home/b",)) == ["a traceback", "/home/b/repo/handson/x.py\","]
+    clean = '<article class="bd-article"><p>run <code>/tmp</code> alone</p></article>'
+    assert _leaks(clean, ("/tmp",)) == []
+    assert _leaks(clean.replace("/tmp", "/tmp/replay-1/x"), ("/tmp",)) == [
+        "/tmp/replay-1/x"]
+
+
+def test_a_glued_one_takes_the_singular():
+    from handson.book.plurals import SINGULAR, singular_after_one
+
+    assert singular_after_one(" duplicate rows in") == " duplicate row in"
+    assert singular_after_one(" commits whose worker") == " commit whose worker"
+    assert singular_after_one(" of the jobs") == " of the jobs"   # third word
+    assert singular_after_one(" s on") == " s on"
+    assert all(p != s for p, s in SINGULAR.items())
+
+
+def test_no_page_says_one_with_a_plural(pages):
+    from handson.book.plurals import SINGULAR
+
+    wrong = {}
+    for name, page in pages.items():
+        for m in re.finditer(r'<span class="pasted-text">1</span>((?:\s+[\w-]+){1,2})',
+                             _main(page)):
+            words = m.group(1).split()
+            if any(w in SINGULAR for w in words):
+                wrong.setdefault(name, []).append("1" + m.group(1))
+    assert wrong == {}, f"a count of 1 with a plural noun: {wrong}"

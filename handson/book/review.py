@@ -41,18 +41,41 @@ def drain() -> dict:
             "lease_s": sim.LEASE_TICKS * sim.TICK_S}
 
 
+CRASH_P = 0.1     # share of commits after which the worker is killed
+
+
 def chaos(url: str, docs: int = 60) -> dict:
-    """The naive and the idempotent sink under kills, with a 10 ms ack delay."""
+    """The naive and the idempotent sink, each worker killed after a commit.
+
+    The kill lands where the lesson lives: the score is committed, the ack is
+    not sent, and the job comes back when its lease runs out. Each such kill is
+    a second delivery of a job whose effect already happened, so the naive sink
+    must show duplicate rows (at least half as many as those kills: the check
+    below fails the build otherwise) and the idempotent one none.
+    """
     out = {}
     for idem in (False, True):
-        cfg = ChaosConfig(docs=docs, workers=2, iters=20_000, kill_every=0.3,
-                          idem=idem, ack_delay=0.01, lease_s=0.5, seed=1)
+        cfg = ChaosConfig(docs=docs, workers=2, iters=20_000, kill_every=0,
+                          idem=idem, lease_s=0.5, seed=1,
+                          crash_points=("after-commit",), crash_p=CRASH_P)
         rep = chaos_run(cfg, redis_url=url)
         s = rep.stats
         out["idem" if idem else "naive"] = {
-            "verdict": rep.verdict, "kills": s["kills"], "lost": s["lost"],
+            "verdict": rep.verdict, "kills": s["crash_kills"], "lost": s["lost"],
             "duplicates": s["rows"] - s["distinct"], "dlq": s["dlq"]}
+    check_chaos(out)
     return out
+
+
+def check_chaos(out: dict) -> None:
+    """The evidence shows the lesson, or the page is not built."""
+    naive, idem = out["naive"], out["idem"]
+    assert naive["kills"] >= 3 and idem["kills"] >= 3, (
+        f"too few kills after a commit to show anything: {out}")
+    assert naive["duplicates"] >= max(1, naive["kills"] // 2), (
+        f"the naive sink should write a duplicate for most kills after a commit: "
+        f"{naive}")
+    assert idem["duplicates"] == 0 and idem["lost"] == naive["lost"] == 0, out
 
 
 def policies() -> dict:
