@@ -102,6 +102,15 @@ SAYS = {"claim_in_two_statements": "meanwhile a rival claim",
         "finish_after_own_fail": "own fail"}
 
 
+# Wrong queues a hostile review wrote (tests/corpus/pg): the checks each loses,
+# and whether it takes the chaos run to show it.
+CORPUS = {"fence_in_process_memory": (("finish_refused_no_effect",), False),
+          "two_transactions_replacing_effect": (("chaos_effect_once",), True),
+          "ack_then_effect_dlq_lists_the_lost": (
+              ("finish_failed_no_ack", "chaos_nothing_lost"), True)}
+CORPUS_DIR = notebook.REPO / "tests" / "corpus" / "pg"
+
+
 def module_of(path) -> str:
     """The source of the notebook's `%%writefile mypgq.py` cell."""
     nb = json.loads(path.read_text())
@@ -154,8 +163,11 @@ def finish(r, job_id, attempt, doc_id, score):
 def _graded(url: str, cluster: str, folder, bug: str | None) -> tuple:
     """The solution (bug None) or the stub with the chaos run, or a wrong or
     hostile version (staged cases only), on a database and role of its own."""
-    source = {"stub": stub_module(), "hostile": HOSTILE}.get(bug) or \
-        solution_module()
+    if bug in CORPUS:
+        source = (CORPUS_DIR / f"{bug}.py").read_text()
+    else:
+        source = {"stub": stub_module(), "hostile": HOSTILE}.get(bug) or \
+            solution_module()
     wrong = "effect_then_ack" if bug == "two_transactions_lying" else bug
     for old, new in WRONG[wrong][0] if wrong in WRONG else ():
         assert old in source, f"the solution changed: {old!r} is not in it"
@@ -165,7 +177,8 @@ def _graded(url: str, cluster: str, folder, bug: str | None) -> tuple:
     db = pg_run.create(cluster)
     obs = pg_claim_finish.observe(_write(folder / (bug or "solution"), source),
                                   url, db,
-                                  chaos=bug in (None, "stub", "two_transactions_lying"))
+                                  chaos=bug in (None, "stub", "two_transactions_lying")
+                                  or CORPUS.get(bug, ((), False))[1])
     return pg_claim_finish.judge(obs), obs, db
 
 
@@ -180,7 +193,7 @@ def graded(tmp_path_factory):
                 ThreadPoolExecutor(3 + len(WRONG)) as pool:
             runs = {bug: pool.submit(_graded, redis.url, cluster, folder, bug)
                     for bug in (None, "stub", "hostile", "two_transactions_lying",
-                                *WRONG)}
+                                *WRONG, *CORPUS)}
             yield {bug: f.result() for bug, f in runs.items()}
     finally:
         redis.stop()
@@ -225,6 +238,16 @@ def test_a_wrong_version_loses_the_check_that_names_its_bug(graded, bug):
     lost = next(o for o in out if o.name == loses)
     assert SAYS.get(bug, "ONE transaction" if "finish" in loses else "SKIP LOCKED") \
         in lost.message, lost.message
+
+
+@pytest.mark.parametrize("bug", list(CORPUS))
+def test_a_hostile_review_s_wrong_queue_loses_what_it_broke(graded, bug):
+    out, _, _ = graded[bug]
+    loses = CORPUS[bug][0]
+    failed = {o.name for o in out if not o.ok}
+    assert set(loses) <= failed, [(o.name, o.message[:300]) for o in out]
+    assert failed <= set(loses) | {"chaos_nothing_lost", "chaos_effect_once"}, \
+        failed
 
 
 def test_the_stub_scores_zero_without_a_chaos_run(graded):

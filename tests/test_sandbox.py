@@ -337,3 +337,21 @@ def test_concurrent_runs_cannot_see_each_other(tmp_path):
     a.join()
     assert "seen 0 of" in fin.stdout and "GOT" not in fin.stdout, fin.stdout
     assert fin.stdout.count("denied") == 2, fin.stdout + fin.tail()
+
+
+def test_learner_code_reads_no_file_only_its_owner_may(tmp_path):
+    """As root, learner code is uid 0 without capabilities: owner rights would
+    still open /etc/shadow (0640 root). The view covers such files with
+    empty ones (a hostile review read it into a grade's feedback)."""
+    private = [str(p) for p in Path("/etc").iterdir()
+               if p.is_file() and not p.is_symlink()
+               and not p.stat().st_mode & 0o004 and p.stat().st_size]
+    if os.geteuid() != 0 or not private:
+        pytest.skip("needs root and a non-empty file others may not read")
+    fin = sandbox.run([sys.executable, "-c",
+                       "import sys\nfor p in sys.argv[1:]:\n"
+                       "    print(p, len(open(p, 'rb').read()))", *private],
+                      timeout=60, cwd=tmp_path, confined=True)
+    assert fin.returncode == 0, fin.tail()
+    sizes = dict(line.rsplit(" ", 1) for line in fin.stdout.splitlines())
+    assert sizes == {p: "0" for p in private}, sizes

@@ -209,12 +209,12 @@ def _zombie(q, judge, rival) -> dict:
     old = q.claim(None, 0.3)
     time.sleep(0.6)
     q.reap(None)
-    new = q.claim(None, 30.0)
-    if not old or not new:
+    new = rival.claim(None, 30.0)       # another worker: what a process remembers
+    if not old or not new:              # of its own claims fences nothing
         return {"error": f"claims returned {old!r} then {new!r} for one job"}
     zombie = q.finish(None, "j1", old[2], 1, 0.5)
     after = _scores(judge, "j1")
-    owner = q.finish(None, "j1", new[2], 1, 0.5)
+    owner = rival.finish(None, "j1", new[2], 1, 0.5)
     return {"zombie": zombie, "scores_after_zombie": after, "owner": owner,
             "scores": _scores(judge, "j1"), "state": _state(judge, "j1"),
             "after_fail": _after_own_fail(q, judge)}

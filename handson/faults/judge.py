@@ -108,13 +108,17 @@ class _Judge:
         max_attempts such deaths could bury are excused. A worker killed before
         its first line never reached its loop and claimed nothing (on a loaded
         machine most kills land on workers still starting, and counting them
-        once excused all 30 jobs dead_hides_lost dropped).
+        once excused all 30 jobs dead_hides_lost dropped). Nor is a job dead
+        once a worker's ack of it was accepted: it was done, whatever `dead()`
+        says (a queue whose effect was lost after its ack could list it there).
         """
         claimed = {job for job, evs in self.by_job.items()
                    if any(e["ev"] == "claim" for e in evs)}
+        acked = {job for job, evs in self.by_job.items()
+                 if any(e["ev"] == "ack" for e in evs)}
         unseen = [j for j in self.dead if j in self.idset and j not in claimed]
         excused = self._unlogged_claims() // max(1, self.cfg.max_attempts)
-        return set(unseen[excused:])
+        return set(unseen[excused:]) | {j for j in self.dead if j in acked}
 
     def _unlogged_claims(self) -> int:
         """Deaths that may have cut a claim short before its worker logged it:

@@ -247,10 +247,11 @@ def ledger() -> tuple[list[tuple], dict]:
     """`finish`'s effects as a judge reads them: in the reader's own process
     and connection, never through the queue module it judges.
 
-    How many times each job's effect happened is the score table's own count;
-    the `pgq_applied` rows (written by the same code that wrote the score, so
-    the learner's word) only lend a witness its attempt, pid and time, and
-    never change a count. The tables are read as plain ones
+    How many times each job's effect happened is the most that any record
+    shows: the score table's rows, the `pgq_applied` rows (written by the same
+    `apply_effect`) and the counter it bumps; so an effect deleted afterwards
+    still counts. The `pgq_applied` rows lend a witness its attempt, pid and
+    time. The tables are read as plain ones
     (`handson.infra.trusted_read`), so no view or rule of the queue's decides
     what is seen.
     """
@@ -270,13 +271,20 @@ def ledger() -> tuple[list[tuple], dict]:
         witnesses.setdefault(row[0], []).append(tuple(row))
     end = time.monotonic_ns()
     applied = []
-    for job, n in counts.items():
+    for job in counts.keys() | witnesses.keys():
+        # a score deleted afterwards still happened: the most any record shows
+        n = max(counts.get(job, 0), len(witnesses.get(job, ())))
         rows = witnesses.get(job, [])[:n]
         applied += rows + [(job, 0, 0, end)] * (n - len(rows))
+    n_counter = int(counter[0]) if counter else 0
+    # The counter, bumped by every effect, cannot be told which job: more bumps
+    # than the records show are effects of no job the run enqueued.
+    applied += [(f"(counter bump {i})", 0, 0, end)
+                for i in range(n_counter - len(applied))]
     applied.sort(key=lambda row: row[3])
     rows = sum(counts.values())
     return applied, {"rows": rows, "naive_rows": rows, "naive_distinct": len(counts),
-                     "counter": int(counter[0]) if counter else 0}
+                     "counter": n_counter}
 
 
 def effects(r=None) -> tuple[list[tuple], dict]:

@@ -1,0 +1,51 @@
+"""A wrong queue from a hostile review: finish trusts a dict of this process's
+own claims, not the row's attempt (caught when another worker holds the job)."""
+
+import psycopg
+
+from handson.queues.pgq import (  # noqa: F401 - the rest of the course's queue
+    STATE_OUTSIDE_REDIS,
+    ack,
+    apply_effect,
+    conn,
+    dead,
+    effects,
+    enqueue,
+    extend,
+    fail,
+    reap,
+    redrive,
+    reset,
+    stats,
+)
+
+_mine = {}
+
+
+def claim(r, lease_s):
+    row = conn().execute("""
+        UPDATE pgq_jobs SET state = 'inflight', attempt = attempt + 1,
+               lease_until = clock_timestamp() + make_interval(secs => %s)
+         WHERE id = (SELECT id FROM pgq_jobs WHERE state = 'pending'
+                      ORDER BY queued_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+        RETURNING id, payload, attempt""", (lease_s,)).fetchone()
+    if row is None:
+        return None
+    _mine[row[0]] = int(row[2])
+    return (row[0], row[1], int(row[2]))
+
+
+def finish(r, job_id, attempt, doc_id, score):
+    """the fence kept in this process: my last claim of the job"""
+    if _mine.get(job_id) != attempt:
+        return False
+    c = conn()
+    with c.transaction():
+        acked = c.execute(
+            "UPDATE pgq_jobs SET state = 'done', lease_until = NULL WHERE id = %s"
+            " AND state = 'inflight'", (job_id,)).rowcount == 1
+        if not acked:
+            raise psycopg.Rollback
+        apply_effect(c, job_id, attempt, doc_id, score)
+        return True
+    return False
