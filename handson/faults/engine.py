@@ -85,9 +85,19 @@ class _Run(Faults):
                 con.close()
         return setup_db.retrying(read)
 
+    def dead_letters(self, queue, r) -> list[tuple]:
+        """The DLQ: the queue's `dead()`, or with tx_effect the PostgreSQL
+        queue's tables as the course's reader sees them (a job whose row is
+        done is not dead, whatever the queue module says)."""
+        if self.cfg.tx_effect:
+            from handson.queues import pgq
+
+            return pgq.dead_letters()
+        return list(queue.dead(r))
+
     def _undone(self, ids: set[str], queue, r) -> set[str]:
         applied = {row[0] for row in self.effects(queue, r)[0]}
-        dead = {d[0] for d in queue.dead(r)}
+        dead = {d[0] for d in self.dead_letters(queue, r)}
         return ids - applied - dead
 
     def _looping(self, undone: set[str]) -> bool:
@@ -319,7 +329,7 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
                 run_.stop_all()
                 with contextlib.suppress(_Aborted):   # a batch still in flight
                     run_._merge(ids, set(), wait=True)
-            dead = list(queue.dead(r))
+            dead = run_.dead_letters(queue, r)
             effects = run_.effects(queue, r)
             run_.server_clock.sample(r)
         except _Aborted as err:

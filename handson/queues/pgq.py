@@ -287,6 +287,18 @@ def ledger() -> tuple[list[tuple], dict]:
                      "counter": n_counter}
 
 
+def dead_letters() -> list[tuple[str, int, str]]:
+    """The DLQ as a judge reads it (like `ledger`): only jobs whose own row is
+    dead, so a done job is never passed off as a dead letter."""
+    with psycopg.connect(url(), autocommit=True) as c:
+        schema = trusted_read.schema_of(c)
+        c.execute("SET search_path = pg_catalog")
+        return [tuple(row) for row in trusted_read.read(
+            c, schema, ("pgq_dead", "pgq_jobs"),
+            "SELECT d.id, d.attempts, d.reason FROM {pgq_dead} d JOIN {pgq_jobs} j"
+            " ON j.id = d.id WHERE j.state = 'dead' ORDER BY d.died_at, d.id")]
+
+
 def effects(r=None) -> tuple[list[tuple], dict]:
     """`finish`'s ledger (job_id, attempt, pid, t) and a results summary, in
     the shape of the SQLite sink's (`handson.verify.summary`). The score table
