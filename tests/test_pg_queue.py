@@ -250,3 +250,18 @@ def test_consumer_with_an_inbox_drains_a_queue_once_per_message(tmp_path,
     finally:
         db.close()
         bench.close()
+
+
+def test_a_worker_hung_in_finish_keeps_its_job_until_the_server_ends_it(pgq_url):
+    """The reaper skips the hung worker's locked row however long its lease
+    has expired; idle_in_transaction_session_timeout on the worker's session
+    ends the session, and the next reap takes the job back."""
+    from handson import pg_runs
+
+    stuck = pg_runs.hung_finish(None, watch_s=1.0)
+    assert stuck.timeout == "0" and not stuck.job_back and stuck.skipped >= 1
+    assert stuck.worker_ended.startswith("still open")
+    freed = pg_runs.hung_finish(0.5)
+    assert freed.timeout == "500ms" and freed.job_back
+    assert 0.5 <= freed.watched_s < 3.0
+    assert freed.worker_ended == "ended by the server (SQLSTATE 25P03)"
