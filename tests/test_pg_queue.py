@@ -265,3 +265,15 @@ def test_a_worker_hung_in_finish_keeps_its_job_until_the_server_ends_it(pgq_url)
     assert freed.timeout == "500ms" and freed.job_back
     assert 0.5 <= freed.watched_s < 3.0
     assert freed.worker_ended == "ended by the server (SQLSTATE 25P03)"
+
+
+def test_the_one_counter_row_makes_finishing_workers_wait(pgq_url):
+    """Every finish updates the same counter row, so concurrent ones wait on
+    its lock; with a row per worker they do not, and every count is whole."""
+    from handson import pg_runs
+
+    one_row, per_worker, none = pg_runs.hot_counters(workers=4, jobs=300,
+                                                     rounds=1)
+    assert [c.total for c in (one_row, per_worker, none)] == [300] * 3
+    assert one_row.lock_waits > per_worker.lock_waits
+    assert all(c.jobs_per_s > 0 and c.samples > 0 for c in (one_row, per_worker))
