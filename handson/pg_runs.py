@@ -104,6 +104,14 @@ def fsync_on_postgres():
     return pg_server.throwaway_postgres(fsync=True)
 
 
+def server_version(url: str) -> int:
+    """The server's version number (170002 for 17.2)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as c:
+        return int(c.execute("SHOW server_version_num").fetchone()[0])
+
+
 def pg_settings(url: str) -> dict[str, str]:
     """The server's fsync and synchronous_commit (its default for sessions)."""
     import psycopg

@@ -277,3 +277,21 @@ def test_the_one_counter_row_makes_finishing_workers_wait(pgq_url):
     assert [c.total for c in (one_row, per_worker, none)] == [300] * 3
     assert one_row.lock_waits > per_worker.lock_waits
     assert all(c.jobs_per_s > 0 and c.samples > 0 for c in (one_row, per_worker))
+
+
+def test_an_unconfirmed_slot_holds_its_catalog_xmin_and_wal(pgq_url):
+    """pg_replication_slots as the chapter reads it: nothing confirmed, the
+    slot's restart point and catalog_xmin stay while transactions go by;
+    read, confirmed and checkpointed, both move on and the WAL is let go."""
+    from handson import pg_runs
+
+    made, unconfirmed, confirmed = pg_runs.slot_state(pgq_url, transactions=50)
+    assert (unconfirmed.catalog_xmin, unconfirmed.restart_lsn) == (
+        made.catalog_xmin, made.restart_lsn)
+    assert unconfirmed.next_xid >= made.next_xid + 50
+    assert unconfirmed.retained_kib > made.retained_kib > confirmed.retained_kib
+    assert confirmed.catalog_xmin > made.catalog_xmin
+    assert pg_runs.server_version(pgq_url) >= 130000   # max_slot_wal_keep_size
+    with psycopg.connect(pgq_url) as c:     # the run dropped its slot
+        assert not c.execute("SELECT 1 FROM pg_replication_slots WHERE "
+                             "slot_name = 'eo_slot_state'").fetchone()
