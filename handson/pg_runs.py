@@ -14,6 +14,13 @@
 - `claim_race`: claimers racing for the head of the queue at READ COMMITTED
   (what the queue relies on) and at REPEATABLE READ, where the losers of the
   race get SQLSTATE 40001 instead of the next job.
+- `hung_finish`: a worker that hangs inside `finish`'s transaction holding the
+  row's lock, which the reaper skips, without and with
+  `idle_in_transaction_session_timeout` on the worker's session.
+- `hot_counter`: concurrent `finish`es with the one counter row every one of
+  them updates, with a counter row per worker, and with no counter.
+- `slot_state`: a logical slot's positions and `catalog_xmin` as the server
+  reports them, while transactions go by unconfirmed.
 
     python -m handson.pg_runs          # needs PostgreSQL (initdb) and Redis
 """
@@ -95,6 +102,14 @@ def fsync_on_postgres():
     from handson.infra import pg_server
 
     return pg_server.throwaway_postgres(fsync=True)
+
+
+def server_version(url: str) -> int:
+    """The server's version number (170002 for 17.2)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as c:
+        return int(c.execute("SHOW server_version_num").fetchone()[0])
 
 
 def pg_settings(url: str) -> dict[str, str]:
@@ -394,6 +409,220 @@ def claim_race(isolation: str, workers: int = 4, jobs: int = 1000) -> Race:
     return Race(isolation, workers, jobs, len(claimed), refused[0], got)
 
 
+@dataclass
+class Hung:
+    timeout: str                # the worker session's
+    #                             idle_in_transaction_session_timeout
+    lease_s: float
+    watched_s: float            # from the lock taken to the job back (or the
+    #                             end of the watch)
+    reaps: int                  # reap calls while watching
+    skipped: int                # reaps that found the job's lease expired and
+    #                             left it (the row was locked)
+    job_back: bool              # a reap took it back within the watch
+    worker_ended: str           # what the worker's session said afterwards
+
+
+def hung_finish(timeout_s: float | None, lease_s: float = 0.2,
+                watch_s: float = 3.0, every_s: float = 0.05) -> Hung:
+    """A worker claims a job with a short lease, opens `finish`'s transaction,
+    runs its first statement (the fenced UPDATE: the row is now locked) and
+    hangs: no commit. The reaper runs every `every_s` for up to `watch_s`.
+    With `timeout_s`, the worker's session has
+    idle_in_transaction_session_timeout set to it."""
+    import psycopg
+
+    from handson.queues import pgq
+
+    pgq.reset()
+    pgq.enqueue(None, {"doc_id": 1}, "hung-1")
+    with psycopg.connect(pgq.url(), autocommit=True) as worker:
+        if timeout_s is not None:
+            worker.execute("SELECT set_config('idle_in_transaction_session_"
+                           "timeout', %s, false)", (f"{int(timeout_s * 1000)}ms",))
+        timeout = worker.execute(
+            "SHOW idle_in_transaction_session_timeout").fetchone()[0]
+        job_id, _, attempt = worker.execute(pgq._CLAIM, (lease_s,)).fetchone()
+        worker.execute("BEGIN")
+        worker.execute(f"UPDATE pgq_jobs SET state = 'done', lease_until = NULL "
+                       f"WHERE {pgq._MINE}", (job_id, attempt))
+        t0 = time.perf_counter()            # the lock is held from here on
+        reaps = skipped = 0
+        back = False
+        while (elapsed := time.perf_counter() - t0) < watch_s:
+            expired = pgq.conn().execute(
+                "SELECT lease_until <= clock_timestamp() FROM pgq_jobs "
+                "WHERE id = %s", (job_id,)).fetchone()[0]
+            requeued, _ = pgq.reap(None)
+            reaps += 1
+            if requeued:
+                back = True
+                break
+            skipped += bool(expired)
+            time.sleep(every_s)
+        try:
+            worker.execute("SELECT 1")
+            worker.execute("ROLLBACK")
+            ended = "still open (rolled back by the run)"
+        except psycopg.Error as err:
+            ended = f"ended by the server (SQLSTATE {err.sqlstate})"
+    return Hung(timeout, lease_s, round(elapsed, 2), reaps, skipped, back, ended)
+
+
+@dataclass
+class Counter:
+    counter: str
+    workers: int
+    jobs: int
+    jobs_per_s: int
+    lock_waits: int             # sampled sessions waiting on a row's lock
+    samples: int
+    total: int                  # what the counter read afterwards
+
+
+COUNTERS = {
+    "one row": ("CREATE TABLE hot_counter (n bigint NOT NULL);"
+                "INSERT INTO hot_counter VALUES (0)",
+                "UPDATE hot_counter SET n = n + 1", "SELECT n FROM hot_counter"),
+    "a row per worker": (
+        "CREATE TABLE hot_counter (worker int PRIMARY KEY, n bigint NOT NULL);"
+        "INSERT INTO hot_counter SELECT g, 0 FROM generate_series(0, 63) g",
+        "UPDATE hot_counter SET n = n + 1 WHERE worker = %(worker)s",
+        "SELECT sum(n) FROM hot_counter"),
+    "none (count the done rows)": (
+        "CREATE TABLE hot_counter ()", None,
+        "SELECT count(*) FROM pgq_jobs WHERE state = 'done'"),
+}
+
+
+def hot_counter(kind: str, workers: int = 4, jobs: int = 600) -> Counter:
+    """`workers` threads claim and `finish` a backlog of `jobs`, each with its
+    own connection, the effect's counter kept as `kind` says (COUNTERS); a
+    sampler counts the sessions waiting on another transaction's row lock
+    every 2 ms."""
+    import psycopg
+
+    from handson.queues import pgq
+
+    create, bump, read = COUNTERS[kind]
+    pgq.reset()
+    c = pgq.conn()
+    c.execute("DROP TABLE IF EXISTS hot_counter")
+    for statement in create.split(";"):
+        c.execute(statement)
+    with c.transaction():
+        for i in range(jobs):
+            pgq.enqueue(None, {"doc_id": i}, f"hot-{i:05d}")
+    go, stop = threading.Barrier(workers + 1), threading.Event()
+    waits, samples = [0], [0]
+
+    def worker(k: int) -> None:
+        with psycopg.connect(pgq.url(), autocommit=True) as w:
+            go.wait()
+            while (row := w.execute(pgq._CLAIM, (30.0,)).fetchone()) is not None:
+                with w.transaction():
+                    w.execute(f"UPDATE pgq_jobs SET state = 'done', lease_until ="
+                              f" NULL WHERE {pgq._MINE}", (row[0], row[2]))
+                    w.execute("INSERT INTO pgq_scores VALUES (%s, %s, 1.0)",
+                              (row[0], row[1]["doc_id"]))
+                    if bump:
+                        w.execute(bump, {"worker": k} if "%(" in bump else None)
+                    w.execute("INSERT INTO pgq_applied VALUES (%s, %s, %s, %s)",
+                              (row[0], row[2], os.getpid(), time.monotonic_ns()))
+
+    def sampler() -> None:
+        with psycopg.connect(pgq.url(), autocommit=True) as s:
+            go.wait()
+            while not stop.is_set():
+                waits[0] += s.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event IN "
+                    "('transactionid', 'tuple') AND datname = current_database()"
+                ).fetchone()[0]
+                samples[0] += 1
+                time.sleep(0.002)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(workers)]
+    watch = threading.Thread(target=sampler)
+    for t in [*threads, watch]:
+        t.start()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    took = time.perf_counter() - t0
+    stop.set()
+    watch.join()
+    total = int(c.execute(read).fetchone()[0])
+    c.execute("DROP TABLE hot_counter")
+    return Counter(kind, workers, jobs, round(jobs / took), waits[0], samples[0],
+                   total)
+
+
+def hot_counters(workers: int = 4, jobs: int = 600, rounds: int = 3
+                 ) -> list[Counter]:
+    """Each kind of counter `rounds` times, interleaved, so a busy moment of
+    the machine hits each alike: the median rate, the lock waits summed."""
+    runs: dict[str, list[Counter]] = {kind: [] for kind in COUNTERS}
+    for _ in range(rounds):
+        for kind in COUNTERS:
+            runs[kind].append(hot_counter(kind, workers, jobs))
+    return [Counter(kind, workers, jobs,
+                    round(statistics.median(x.jobs_per_s for x in got)),
+                    sum(x.lock_waits for x in got), sum(x.samples for x in got),
+                    got[-1].total)
+            for kind, got in runs.items()]
+
+
+@dataclass
+class SlotState:
+    after: str                  # what happened since the slot was made
+    restart_lsn: str
+    confirmed_flush_lsn: str
+    catalog_xmin: int
+    next_xid: int               # the server's next transaction id
+    retained_kib: float         # WAL kept from restart_lsn
+
+
+def slot_state(url: str, transactions: int = 200, slot: str = "eo_slot_state"
+               ) -> list[SlotState]:
+    """A fresh logical slot read from `pg_replication_slots`: when made, after
+    `transactions` commits nobody confirms, and after a peek-and-confirm of
+    all of them and a CHECKPOINT. Dropped afterwards."""
+    import psycopg
+
+    def read(c, after: str) -> SlotState:
+        row = c.execute(
+            "SELECT restart_lsn::text, confirmed_flush_lsn::text, "
+            "catalog_xmin::text::bigint, "
+            "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn) "
+            "FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+        nxt = c.execute("SELECT txid_snapshot_xmax(txid_current_snapshot())"
+                        ).fetchone()[0]
+        return SlotState(after, row[0], row[1], int(row[2]), int(nxt),
+                         round(float(row[3]) / 1024, 1))
+
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
+                  "pg_replication_slots WHERE slot_name = %s", (slot,))
+        c.execute("SELECT pg_create_logical_replication_slot(%s, "
+                  "'test_decoding')", (slot,))
+        try:
+            c.execute("CREATE TABLE IF NOT EXISTS slot_state_demo (n int)")
+            got = [read(c, "slot made")]
+            for i in range(transactions):
+                c.execute("INSERT INTO slot_state_demo VALUES (%s)", (i,))
+            got.append(read(c, f"{transactions} commits, none confirmed"))
+            c.execute("SELECT count(*) FROM pg_logical_slot_get_changes(%s, NULL,"
+                      " NULL)", (slot,))
+            c.execute("CHECKPOINT")
+            c.execute("SELECT count(*) FROM pg_logical_slot_get_changes(%s, NULL,"
+                      " NULL)", (slot,))
+            got.append(read(c, "all read and confirmed, CHECKPOINT"))
+            return got
+        finally:
+            c.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            c.execute("DROP TABLE IF EXISTS slot_state_demo")
+
+
 def main() -> int:
     from handson.infra import pg_server
     from handson.redis_server import connect, redis_url
@@ -416,6 +645,12 @@ def main() -> int:
         print(backlog())
         for level in ("read committed", "repeatable read"):
             print(claim_race(level))
+        for timeout in (None, 1.0):
+            print(hung_finish(timeout))
+        for row in hot_counters():
+            print(row)
+        for row in slot_state(pg):
+            print(row)
     return 0
 
 

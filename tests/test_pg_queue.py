@@ -250,3 +250,48 @@ def test_consumer_with_an_inbox_drains_a_queue_once_per_message(tmp_path,
     finally:
         db.close()
         bench.close()
+
+
+def test_a_worker_hung_in_finish_keeps_its_job_until_the_server_ends_it(pgq_url):
+    """The reaper skips the hung worker's locked row however long its lease
+    has expired; idle_in_transaction_session_timeout on the worker's session
+    ends the session, and the next reap takes the job back."""
+    from handson import pg_runs
+
+    stuck = pg_runs.hung_finish(None, watch_s=1.0)
+    assert stuck.timeout == "0" and not stuck.job_back and stuck.skipped >= 1
+    assert stuck.worker_ended.startswith("still open")
+    freed = pg_runs.hung_finish(0.5)
+    assert freed.timeout == "500ms" and freed.job_back
+    assert 0.5 <= freed.watched_s < 3.0
+    assert freed.worker_ended == "ended by the server (SQLSTATE 25P03)"
+
+
+def test_the_one_counter_row_makes_finishing_workers_wait(pgq_url):
+    """Every finish updates the same counter row, so concurrent ones wait on
+    its lock; with a row per worker they do not, and every count is whole."""
+    from handson import pg_runs
+
+    one_row, per_worker, none = pg_runs.hot_counters(workers=4, jobs=300,
+                                                     rounds=1)
+    assert [c.total for c in (one_row, per_worker, none)] == [300] * 3
+    assert one_row.lock_waits > per_worker.lock_waits
+    assert all(c.jobs_per_s > 0 and c.samples > 0 for c in (one_row, per_worker))
+
+
+def test_an_unconfirmed_slot_holds_its_catalog_xmin_and_wal(pgq_url):
+    """pg_replication_slots as the chapter reads it: nothing confirmed, the
+    slot's restart point and catalog_xmin stay while transactions go by;
+    read, confirmed and checkpointed, both move on and the WAL is let go."""
+    from handson import pg_runs
+
+    made, unconfirmed, confirmed = pg_runs.slot_state(pgq_url, transactions=50)
+    assert (unconfirmed.catalog_xmin, unconfirmed.restart_lsn) == (
+        made.catalog_xmin, made.restart_lsn)
+    assert unconfirmed.next_xid >= made.next_xid + 50
+    assert unconfirmed.retained_kib > made.retained_kib > confirmed.retained_kib
+    assert confirmed.catalog_xmin > made.catalog_xmin
+    assert pg_runs.server_version(pgq_url) >= 130000   # max_slot_wal_keep_size
+    with psycopg.connect(pgq_url) as c:     # the run dropped its slot
+        assert not c.execute("SELECT 1 FROM pg_replication_slots WHERE "
+                             "slot_name = 'eo_slot_state'").fetchone()
