@@ -15,12 +15,9 @@ import sys
 from pathlib import Path
 
 import nbformat
-import pytest
 
-import handson.q
 from autograder.notebooks import notebook
 from handson.infra import remote_module
-from handson.queues.checks import run_checks
 
 ROOT = notebook.REPO
 ENV = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep
@@ -89,32 +86,3 @@ def test_a_correct_heartbeat_keeps_full_marks_beside_a_cpu_hog(tmp_path, cpu_hog
     assert all(p.poll() is None for p in cpu_hog), "the hogs ran throughout"
     lost = {n: c for n, c in checks.items() if not c["ok"]}
     assert not lost, lost
-
-
-SLEEPY = Path(handson.q.__file__).read_text().replace(
-    "def extend(", "def _extend_now(", 1) + """
-
-import threading, time
-_thread = threading.local()
-
-
-def extend(r, job_id, attempt, lease_s, *, queue="q"):
-    _thread.calls = getattr(_thread, "calls", 0) + 1
-    if _thread.calls % 4 == 0:          # now and then, a nap before answering
-        time.sleep(0.9 * lease_s)
-    return _extend_now(r, job_id, attempt, lease_s, queue=queue)
-"""
-
-
-@pytest.mark.parametrize("host", [None, "[]"], ids=["in-process", "own-process"])
-def test_a_beat_made_late_by_its_own_extend_is_judged(tmp_path, redis_url,
-                                                      monkeypatch, host):
-    """An extend that sleeps before it answers loses the lease by itself: its
-    median call is quick, but the trial is judged, never set aside."""
-    if host is not None:
-        monkeypatch.setenv(remote_module.ENV, host)
-    path = tmp_path / "sleepy.py"
-    path.write_text(SLEEPY)
-    [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
-    assert not res.ok, res.got
-    assert "inside extend calls of their own" in res.got, res.got

@@ -46,10 +46,12 @@ DEFAULT_MEM_MB = 3072          # per process (address space), as a last resort
 TREE_MEM_MB = 2048             # one memory cap for all learner processes of a run
 TREE_PIDS = 512                # one cap on their processes and threads
 DISK_MB = 512                  # the run's work dir may not grow past this
-# The CPUs a run's confined processes share (its harnesses run there too): all
-# but half a CPU, so the grader, the servers and other runs always have that
-# much; half the machine throttled correct queues' harnesses into timeouts.
-TREE_CPUS = max(1.0, (os.cpu_count() or 2) - 0.5)
+# The CPUs a run's confined processes share (its harnesses run there too): the
+# machine's. The cgroup's weight (one process's, however many it forks) keeps
+# a learner's spinners from starving the judge, and its count of CPU used
+# denies them an excuse; a tighter cap throttled correct queues' harnesses
+# into timeouts on an idle machine.
+TREE_CPUS = float(os.cpu_count() or 2)
 
 
 @dataclass

@@ -6,14 +6,10 @@ the lease and answered before s + lease, or an extend refused that early, is
 the queue's fault whatever the load; that is judged at once. A lease lost
 later means no extend began for a whole lease: the queue's fault when its
 extends are slow on their own (the median call of all trials, less what the
-kernel counts as waiting for a CPU), or when the calls since the last good
-beat took the lease themselves (an extend that sleeps before it answers; time
-this whole process was held, as a stopped group or a busy machine holds it,
-is not theirs: `Held`);
-otherwise a trial the machine may have held, run again. If the last of them
-is held too, the check is not judged; the runner, outside the check's process
-group, fails it instead when it saw a process of the check stopped by a
-signal (a module that stops itself).
+kernel counts as waiting for a CPU), otherwise a trial the machine may have
+held, run again. If the last of them is held too, the check is not judged;
+the runner, outside the check's process group, fails it instead when it saw
+a process of the check stopped by a signal (a module that stops itself).
 """
 
 from __future__ import annotations
@@ -40,40 +36,6 @@ MARGIN_S = 0.01         # the server's deadline is kept to the millisecond
 LATE = 0.8              # an extend ending this much of a lease after the last
 SLOW = 0.4              # an extend's median own time past this much of a lease
 ENOUGH_CALLS = 5        # ... judged over at least this many calls, or the last trial
-
-
-class Held:
-    """When this whole process was held (stopped by a signal, or a machine too
-    busy to run it): a thread that ticks every TICK_S, and the gaps between
-    its ticks. A learner's extend that sleeps in its own process leaves no gap
-    here; a stop of the check's process group, as a busy machine would hold
-    it, does."""
-
-    TICK_S = 0.01
-
-    def __init__(self):
-        self.gaps: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._tick, daemon=True)
-
-    def __enter__(self) -> Held:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _tick(self) -> None:
-        last = time.monotonic()
-        while not self._stop.wait(self.TICK_S):
-            now = time.monotonic()
-            if now - last > 5 * self.TICK_S:
-                self.gaps.append((last + self.TICK_S, now))
-            last = now
-
-    def between(self, start: float, end: float) -> float:
-        return sum(max(0.0, min(e, end) - max(s, start)) for s, e in self.gaps)
 
 
 @dataclass
@@ -147,8 +109,7 @@ def _run(q, r, url: str, job_id: str, last: bool, waits: Waits) -> Trial:
     return trial
 
 
-def _judge(trial: Trial, last: bool, waits: Waits, own: list,
-           held: Held) -> str | None:
+def _judge(trial: Trial, last: bool, waits: Waits, own: list) -> str | None:
     """The result, or None when the trial is set aside; raises when it fails."""
     _need(not trial.errors, f"extend raised {trial.errors[0]}" if trial.errors
           else "", "extend must return True while the caller holds the lease")
@@ -170,19 +131,6 @@ def _judge(trial: Trial, last: bool, waits: Waits, own: list,
           f"calls), past {SLOW} of the {LEASE_S} s lease",
           "extend must answer at once: one round trip that pushes the "
           "deadline, no sleeping or waiting in it")
-    if loss is not None:
-        what, at, since = loss
-        own_s = sum(max(0.0, min(e, at) - s - max(waits.between(s, min(e, at)),
-                                                  held.between(s, min(e, at))))
-                    for s, e, _ in trial.calls if since <= s < at)
-        # The calls themselves (less the kernel's waiting for a CPU, and any
-        # time this whole process was held) held the beats past the lease:
-        # the queue's own doing, never the machine's.
-        _need(at - since - own_s >= LEASE_S / 2,
-              f"{what} after no extend began for {at - since:.2f} s, "
-              f"{own_s:.2f} s of it inside extend calls of their own",
-              "extend must answer at once: one round trip that pushes the "
-              "deadline, no sleeping or waiting in it")
     if loss is None:
         if trial.late() and not last:
             return None
@@ -201,11 +149,11 @@ def _judge(trial: Trial, last: bool, waits: Waits, own: list,
         "run, every extend returns True, and the owner's ack succeeds", timeout=60)
 def _heartbeat(q, r, url):
     own: list = []                  # each extend's own seconds, over the trials
-    with Waits() as waits, Held() as held:
+    with Waits() as waits:
         for n in range(1, TRIALS + 1):
             trial = _run(q, r, url, f"long-{n}", n == TRIALS, waits)
             try:
-                got = _judge(trial, n == TRIALS, waits, own, held)
+                got = _judge(trial, n == TRIALS, waits, own)
             except _Failed as err:
                 if n > 1:
                     err.got += _aside(n - 1)
