@@ -247,6 +247,26 @@ def test_killing_the_supervisor_leaves_nothing_and_is_reported(tmp_path):
     assert not alive_with(marker), "the detached child died with the supervisor"
 
 
+def test_launchers_killed_as_they_start_leave_nothing_in_the_temp_dir(tmp_path):
+    """A check's group is killed whenever it ends, often as a host starts: the
+    kills sweep the launcher's first 0.4 s (its mount point was made then)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp))
+    cmd = [sys.executable, "-m", "autograder.isolation.confine", "--workdir",
+           str(work), "--", sys.executable, "-c", "import time; time.sleep(30)"]
+    for step in range(32):
+        delay = 0.0125 * step
+        launcher = subprocess.Popen(cmd, env=env, cwd=ROOT)
+        time.sleep(delay)
+        launcher.kill()
+        launcher.wait(10)
+    time.sleep(0.5)                 # the inits die with their launchers
+    assert sorted(p.name for p in tmp.iterdir()) == [f"eo-view-{os.geteuid()}"]
+
+
 # --- through the grader ------------------------------------------------------------
 
 ATTACKS = [

@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from stat import S_ISDIR
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from autograder.isolation import landlock
@@ -133,11 +134,13 @@ def pg_dir(pg_url: str | None) -> str | None:
 # --- the run's cgroup (v1 memory + pids; v1 or v2 cpu) ---------------------------
 
 CPU_PERIOD_US = 100_000
-# The weight of a run's whole cgroup: that of one process outside it (1024, v1;
-# 100, v2), so however many processes a learner forks, together they weigh as
-# one beside the judge's. Lower, the run's own harness (inside it too) starved
-# on a loaded machine, and correct queues timed out.
-CPU_SHARES, CPU_WEIGHT = 1024, 100
+# The weight of a run's whole cgroup: that of four processes outside it (4096,
+# v1; 400, v2), so however many processes a learner forks, together they weigh
+# as four beside the judge's. At one process's weight the run's own harness
+# (inside it too) starved in a loaded suite: three gradings beside six spinners
+# took 35 s for a check that takes 3.4 s alone (8-12 s at four), and in CI past
+# its 40 s limit.
+CPU_SHARES, CPU_WEIGHT = 4096, 400
 COST_LOG = "EO_COST_LOG"       # a file the launchers append their cgroups' CPU to
 
 
@@ -718,6 +721,24 @@ def summarize(protections: dict) -> str:
     return "partial: " + ", ".join(missing)
 
 
+def _view_root() -> tuple[str, bool]:
+    """The folder a run's view is mounted on, and whether it was made for this run.
+
+    One empty folder of the caller's serves every run, as each mounts its view in
+    a mount namespace of its own: a launcher killed before it could tidy up
+    leaves nothing behind (a folder of its own a run, such launchers left 260 in
+    one run of the suite).
+    """
+    path = os.path.join(tempfile.gettempdir(), f"eo-view-{os.geteuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    with contextlib.suppress(OSError):
+        st = os.lstat(path)
+        if S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            return path, False
+    return tempfile.mkdtemp(prefix="eo-root-"), True
+
+
 def launch(opts, cmd: list[str]) -> int:
     """The launcher: cgroup, namespaces, fork the init, wait, report."""
     libc = _libc()
@@ -734,7 +755,7 @@ def launch(opts, cmd: list[str]) -> int:
     cgroup = Cgroup(run_id(opts.workdir))
     opts.cgroup = os.geteuid() == 0 and cgroup.setup(opts.mem_mb, opts.pids,
                                                      opts.cpus)
-    opts.root = tempfile.mkdtemp(prefix="eo-root-")
+    opts.root, own_root = _view_root()
     mode = _unshare(own_identity=bool(opts.identity))
     if opts.uid and mode != "root":
         opts.uid = 0                    # no namespaces: not worth a setuid alone
@@ -759,9 +780,10 @@ def launch(opts, cmd: list[str]) -> int:
         for line in fh:                   # until the init exits
             with contextlib.suppress(ValueError):
                 report.update(json.loads(line.decode(errors="replace")))
-            if report.pop("view_ready", False):
+            if report.pop("view_ready", False) and own_root:
                 with contextlib.suppress(OSError):
                     os.rmdir(opts.root)   # not a mount point here, nor in the ns
+                own_root = False
     _, status = os.waitpid(pid, 0)
     protections = {"landlock": report.pop("landlock", 0), "namespaces": mode,
                    "cgroup": bool(opts.cgroup), "env": "scrubbed",
@@ -781,8 +803,9 @@ def launch(opts, cmd: list[str]) -> int:
                       cpu_throttled_s=round(used[1] / 1e9, 3))
     if opts.cgroup:
         _account(opts.account, cgroup.leave())
-    with contextlib.suppress(OSError):
-        os.rmdir(opts.root)
+    if own_root:
+        with contextlib.suppress(OSError):
+            os.rmdir(opts.root)
     if opts.status:
         Path(opts.status).write_text(json.dumps(report))
     return report["returncode"]

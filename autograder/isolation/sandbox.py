@@ -47,7 +47,7 @@ TREE_MEM_MB = 2048             # one memory cap for all learner processes of a r
 TREE_PIDS = 512                # one cap on their processes and threads
 DISK_MB = 512                  # the run's work dir may not grow past this
 # The CPUs a run's confined processes share (its harnesses run there too): the
-# machine's. The cgroup's weight (one process's, however many it forks) keeps
+# machine's. The cgroup's weight (four processes', however many it forks) keeps
 # a learner's spinners from starving the judge, and its count of CPU used
 # denies them an excuse; a tighter cap throttled correct queues' harnesses
 # into timeouts on an idle machine.
