@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from autograder import assignments
@@ -63,6 +64,19 @@ def _grade_class(args) -> int:
         return 0
     print(grade_class.report(run))
     return 0 if not run.failed else 1
+
+
+def _heard(only: list[str] | None):
+    """`check` prints each verdict as it comes, a failure with what it got."""
+    start = time.monotonic()
+
+    def heard(name: str, ok: bool, why: str) -> None:
+        if only and name not in only:
+            return
+        line = f"... {time.monotonic() - start:5.1f} s  {'PASS' if ok else 'FAIL'}  "
+        line += name if ok else f"{name}: {why[:200]}"
+        print(line, file=sys.stderr, flush=True)
+    return heard
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,9 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.cmd == "check" or args.quick
     target = args.path if args.cmd == "grade" else args.target
     progress = None if args.json else (lambda m: print(f"... {m}", file=sys.stderr))
+    heard = None if args.json or args.cmd != "check" else _heard(args.only)
     try:
         result = grade(_find(target), quick=quick, progress=progress,
-                       assignment=args.assignment, only=args.only)
+                       assignment=args.assignment, only=args.only, on_check=heard)
     except (notebook.SubmissionError, KeyError) as err:
         print(f"cannot grade: {str(err).strip(chr(39))}", file=sys.stderr)
         return 2

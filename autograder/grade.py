@@ -29,6 +29,7 @@ import nbformat
 
 from autograder import assignments
 from autograder.isolation import sandbox, server
+from autograder.judges import live
 from autograder.judges.checks import GradeResult, Outcome
 from autograder.notebooks import notebook
 
@@ -173,13 +174,16 @@ def run_learner_cells(nb, module, workdir: Path, quick: bool,
 def grade(path: str | Path, quick: bool = False, progress=None,
           assignment: str | None = None,
           executed_copy: Path | None = None,
-          only: list[str] | None = None) -> GradeResult:
+          only: list[str] | None = None,
+          on_check: live.Listener | None = None) -> GradeResult:
     """Grade a notebook (or an assignment folder holding one).
 
     `assignment` is the one expected (nbgrader knows it; so does an instructor
     with `--assignment`): a notebook of another assignment is refused.
     `executed_copy` receives the learner's cells as they ran in the sandbox.
     `only` keeps just those checks in the result (unknown names are refused).
+    `on_check(name, ok, why)` hears a check's verdict as soon as its judge
+    knows it, where the judge streams them (the queue assignments).
     """
     start = time.monotonic()
     say = progress or (lambda msg: None)
@@ -205,7 +209,8 @@ def grade(path: str | Path, quick: bool = False, progress=None,
         redis = server.start()
         try:
             say("judging")
-            ev = module.evaluate(workdir, redis.url, quick)
+            with live.listening(on_check):
+                ev = module.evaluate(workdir, redis.url, quick)
             ev.problems += redis.refusals()
         finally:
             redis.stop()

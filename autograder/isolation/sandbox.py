@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,7 +185,9 @@ def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
         env: dict | None = None, mem_mb: int = DEFAULT_MEM_MB, confined: bool = False,
         read_paths: tuple[str, ...] = (), redis_url: str | None = None,
         learner_env: dict | None = None, tree_mem_mb: int | None = None,
-        disk_mb: int | None = None, pg_url: str | None = None) -> Finished:
+        disk_mb: int | None = None, pg_url: str | None = None,
+        on_line: Callable[[str], None] | None = None,
+        stop: threading.Event | None = None) -> Finished:
     """Run cmd under a supervisor with a time and memory limit; never hangs.
 
     `confined=True` runs it as learner code: in the sandbox of
@@ -192,6 +195,8 @@ def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
     `read_paths` readable, only the Redis at `redis_url` (and the PostgreSQL at
     `pg_url`: give it the learner's role's URL, `autograder.isolation.pg_run`),
     and only `learner_env` besides PATH, HOME, TMPDIR and LANG.
+    `on_line` hears each line of stdout as it is written (all of it is in the
+    result too); `stop`, once set, ends the run as its time limit would.
     """
     with tempfile.TemporaryDirectory(prefix="eo-sandbox-") as tmp:
         status_path = os.path.join(tmp, "status.json")
@@ -217,12 +222,13 @@ def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
                                     stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True)
             try:
-                proc.wait(timeout=timeout + 30)
-            except subprocess.TimeoutExpired:
+                _wait(proc, timeout + 30, out_path, on_line, stop)
+            except (subprocess.TimeoutExpired, _Stopped) as why:
                 kill_tree(psutil.Process(proc.pid), include_root=False)
                 proc.kill()
                 proc.wait()
-                killed = "it did not come back after the time limit"
+                killed = ("its caller stopped it" if isinstance(why, _Stopped)
+                          else "it did not come back after the time limit")
         if proc.returncode and proc.returncode < 0 and not killed:
             killed = f"signal {-proc.returncode}"
         if confined:
@@ -245,6 +251,36 @@ def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
                     supervisor_killed=killed,
                     disk_exceeded=bool(report.get("disk_exceeded")),
                     oom_kills=int(report.get("oom_kills", 0)))
+
+
+class _Stopped(Exception):
+    """The caller's `stop` was set."""
+
+
+def _wait(proc: subprocess.Popen, limit: float, out_path: str,
+          on_line: Callable[[str], None] | None,
+          stop: threading.Event | None) -> None:
+    """proc.wait(limit), handing each complete line of its stdout to `on_line`,
+    and raising _Stopped once `stop` is set."""
+    if on_line is None and stop is None:
+        proc.wait(timeout=limit)
+        return
+    deadline = time.monotonic() + limit
+    rest = b""
+    with open(out_path, "rb") as out:
+        while True:
+            done = proc.poll() is not None
+            *lines, rest = (rest + out.read()).split(b"\n")
+            for line in lines:
+                if on_line is not None:
+                    on_line(line.decode(errors="replace"))
+            if done:
+                return
+            if stop is not None and stop.is_set():
+                raise _Stopped
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(proc.args, limit)
+            time.sleep(0.1)
 
 
 def _read_json(path: str) -> dict:

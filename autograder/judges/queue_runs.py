@@ -26,9 +26,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from autograder.isolation import sandbox
+from autograder.judges import live
 from handson.infra import remote_module
 
 PROBE = """
@@ -116,17 +119,21 @@ def probe(path: str, timeout: float = 30, imports: tuple[str, ...] = ()) -> dict
 
 
 def contract(path: str, redis_url: str, names: list[str], timeout: float,
-             per_check_s: float | None = None, imports: tuple[str, ...] = ()
+             per_check_s: float | None = None, imports: tuple[str, ...] = (),
+             on_result: Callable[[dict], None] | None = None
              ) -> tuple[dict, list[str]]:
-    """name -> CheckResult dict for each check that reported; plus leftovers."""
+    """name -> CheckResult dict for each check that reported; plus leftovers.
+    `on_result` hears each as it reports."""
     results, leftovers, _ = contract_then_cost(path, redis_url, names, timeout,
-                                               per_check_s, imports)
+                                               per_check_s, imports,
+                                               on_result=on_result)
     return results, leftovers
 
 
 def contract_then_cost(path: str, redis_url: str, names: list[str],
                        timeout: float, per_check_s: float | None = None,
-                       imports: tuple[str, ...] = (), cost_url: str | None = None
+                       imports: tuple[str, ...] = (), cost_url: str | None = None,
+                       on_result: Callable[[dict], None] | None = None
                        ) -> tuple[dict, list[str], dict]:
     """`contract`, then, if every check passed, in the same harness (one sandbox
     start less) the file's cost beside the reference's on `cost_url`
@@ -135,7 +142,8 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
     fin = sandbox.run([sys.executable, "-c", CONTRACT, path, redis_url,
                        ",".join(names), str(per_check_s) if per_check_s else "-",
                        cost_url or "-"],
-                      timeout=timeout, env=learner_env(path, redis_url, imports))
+                      timeout=timeout, env=learner_env(path, redis_url, imports),
+                      on_line=_hearing(on_result))
     results, cost = {}, {}
     for line in fin.stdout.splitlines():
         try:
@@ -158,14 +166,35 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
     return results, fin.leftovers, cost
 
 
+def _hearing(on_result: Callable[[dict], None] | None) -> Callable[[str], None]:
+    """A harness's stdout line: each check's result, said (`live`) and handed on."""
+    def hear(line: str) -> None:
+        try:
+            res = json.loads(line)
+        except ValueError:
+            return
+        if isinstance(res, dict) and "name" in res and "ok" in res:
+            live.say(res["name"], bool(res["ok"]), res.get("got", ""))
+            if on_result is not None:
+                on_result(res)
+    return hear
+
+
 def chaos(path: str, redis_url: str, args: list[str], timeout: float,
-          imports: tuple[str, ...] = (), env: dict | None = None) -> dict:
+          imports: tuple[str, ...] = (), env: dict | None = None,
+          stop: threading.Event | None = None) -> dict:
     """The chaos report as a dict; verdict "unknown" with a reason if none came.
 
-    `env`: the harness's, if not `learner_env(path, redis_url, imports)`."""
+    `env`: the harness's, if not `learner_env(path, redis_url, imports)`;
+    `stop`, once set, ends the run (its reason says so)."""
     fin = sandbox.run([sys.executable, "-m", "handson.chaos", *args, "--queue", path,
                        "--json"], timeout=timeout,
-                      env=env or learner_env(path, redis_url, imports))
+                      env=env or learner_env(path, redis_url, imports), stop=stop)
+    if stop is not None and stop.is_set() and fin.supervisor_killed:
+        return {"verdict": "unknown", "invariants": {}, "replay": "", "stats": {},
+                "reason": "the quick check stopped the chaos run once a contract "
+                          "check failed (fix that first; `grade` runs it to the "
+                          "end)"}
     try:
         start = fin.stdout.index("{")
         report = json.loads(fin.stdout[start:])
