@@ -283,6 +283,8 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
                 rest.update(results)
                 left2 += leftovers
             reports = [f.result() for f in runs]
+        if stop is not None and stop.is_set():     # the same verdict however fast
+            reports = [queue_runs.stopped()]       # the run was
     else:
         rest, left2 = {}, []
         why = "; ".join(f"{n}: {gate[n]['got']}" for n in GATE

@@ -180,6 +180,13 @@ def _hearing(on_result: Callable[[dict], None] | None) -> Callable[[str], None]:
     return hear
 
 
+def stopped() -> dict:
+    """The report of a chaos run a quick check stopped (or would have)."""
+    return {"verdict": "unknown", "invariants": {}, "replay": "", "stats": {},
+            "reason": "the quick check stopped the chaos run once a contract check "
+                      "failed (fix that first; `grade` runs it to the end)"}
+
+
 def chaos(path: str, redis_url: str, args: list[str], timeout: float,
           imports: tuple[str, ...] = (), env: dict | None = None,
           stop: threading.Event | None = None) -> dict:
@@ -191,10 +198,7 @@ def chaos(path: str, redis_url: str, args: list[str], timeout: float,
                        "--json"], timeout=timeout,
                       env=env or learner_env(path, redis_url, imports), stop=stop)
     if stop is not None and stop.is_set() and fin.supervisor_killed:
-        return {"verdict": "unknown", "invariants": {}, "replay": "", "stats": {},
-                "reason": "the quick check stopped the chaos run once a contract "
-                          "check failed (fix that first; `grade` runs it to the "
-                          "end)"}
+        return stopped()
     try:
         start = fin.stdout.index("{")
         report = json.loads(fin.stdout[start:])
