@@ -3,6 +3,7 @@ own claims, not the row's attempt (caught when another worker holds the job)."""
 
 import psycopg
 
+from handson.queues import pgq
 from handson.queues.pgq import (  # noqa: F401 - the rest of the course's queue
     STATE_OUTSIDE_REDIS,
     ack,
@@ -23,16 +24,10 @@ _mine = {}
 
 
 def claim(r, lease_s):
-    row = conn().execute("""
-        UPDATE pgq_jobs SET state = 'inflight', attempt = attempt + 1,
-               lease_until = clock_timestamp() + make_interval(secs => %s)
-         WHERE id = (SELECT id FROM pgq_jobs WHERE state = 'pending'
-                      ORDER BY queued_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-        RETURNING id, payload, attempt""", (lease_s,)).fetchone()
-    if row is None:
-        return None
-    _mine[row[0]] = int(row[2])
-    return (row[0], row[1], int(row[2]))
+    got = pgq.claim(r, lease_s)
+    if got is not None:
+        _mine[got[0]] = got[2]
+    return got
 
 
 def finish(r, job_id, attempt, doc_id, score):

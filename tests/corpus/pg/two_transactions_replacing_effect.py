@@ -6,6 +6,7 @@ from handson.queues.pgq import (  # noqa: F401 - the rest of the course's queue
     STATE_OUTSIDE_REDIS,
     ack,
     apply_effect,
+    claim,
     conn,
     dead,
     effects,
@@ -17,16 +18,6 @@ from handson.queues.pgq import (  # noqa: F401 - the rest of the course's queue
     reset,
     stats,
 )
-
-
-def claim(r, lease_s):
-    row = conn().execute("""
-        UPDATE pgq_jobs SET state = 'inflight', attempt = attempt + 1,
-               lease_until = clock_timestamp() + make_interval(secs => %s)
-         WHERE id = (SELECT id FROM pgq_jobs WHERE state = 'pending'
-                      ORDER BY queued_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-        RETURNING id, payload, attempt""", (lease_s,)).fetchone()
-    return None if row is None else (row[0], row[1], int(row[2]))
 
 
 def finish(r, job_id, attempt, doc_id, score):
