@@ -120,6 +120,16 @@ class Pool:
         self.stop()
 
 
+def _server_and_dir(stack: ExitStack, url: str | None, prefix: str):
+    """A measurement's Redis (the given one, or one of its own), a scratch
+    folder and a client, each ended with `stack`."""
+    url = url or stack.enter_context(redis_server.redis_url())
+    work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+    r = redis_server.connect(url, decode_responses=True)
+    stack.callback(r.close)
+    return url, work, r
+
+
 def fill(r, first: int, n: int, poison_every: int = 0) -> None:
     """Enqueue docs first..first+n-1 as the seed's produce.py does."""
     for i in range(first, first + n):
@@ -368,10 +378,7 @@ def throughput(size: str = "small", out: str | None = None,
     p = SIZES[size]["throughput"]
     result = Throughput(p["iters"], p["docs"], os.cpu_count() or 1)
     with ExitStack() as stack:
-        url = url or stack.enter_context(redis_server.redis_url())
-        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="eo-tp-")))
-        r = redis_server.connect(url, decode_responses=True)
-        stack.callback(r.close)
+        url, work, r = _server_and_dir(stack, url, "eo-tp-")
         for w in p["workers"]:
             _log(f"throughput: {w} worker(s), {p['docs']} docs, ITERS={p['iters']} ...")
             q.reset(r)
@@ -476,10 +483,7 @@ def lag(size: str = "small", out: str | None = None, url: str | None = None) -> 
     """Capacity first, then a steady producer at a fraction of it and a burst."""
     p = SIZES[size]["lag"]
     with ExitStack() as stack:
-        url = url or stack.enter_context(redis_server.redis_url())
-        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="eo-lag-")))
-        r = redis_server.connect(url, decode_responses=True)
-        stack.callback(r.close)
+        url, work, r = _server_and_dir(stack, url, "eo-lag-")
         q.reset(r)
         db = setup_db.setup(work / "results.db")
         _log(f"lag: measuring the capacity of {p['workers']} workers on "
@@ -637,10 +641,7 @@ def watch(seconds: float = 4.0, workers: int = 2, docs: int = 150,
     """
     k, cli, lines = q.keys(), redis_cli(), []
     with ExitStack() as stack:
-        url = url or stack.enter_context(redis_server.redis_url())
-        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="eo-w-")))
-        r = redis_server.connect(url, decode_responses=True)
-        stack.callback(r.close)
+        url, work, r = _server_and_dir(stack, url, "eo-w-")
         q.reset(r)
         fill(r, 0, docs)
         stack.enter_context(Pool(url, setup_db.setup(work / "results.db"), workers,
