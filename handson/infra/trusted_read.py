@@ -49,9 +49,13 @@ def verify(conn, schema: str, tables) -> str:
                                    "it has row security" if rls else
                                    "it has a trigger" if triggers else
                                    "a column has a type of your own")
-        return (f"{table} is not the plain table the queue's schema makes "
-                f"({why}); the grader reads only plain tables")
+        return _refusal(table, why)
     return ""
+
+
+def _refusal(table: str, why: str) -> str:
+    return (f"{table} is not the plain table the course's schema makes ({why}); "
+            "the grader reads only plain tables")
 
 
 class Untrusted(RuntimeError):
@@ -84,11 +88,8 @@ def verify_sqlite(conn, tables) -> str:
             "SELECT type FROM sqlite_schema WHERE name = ? AND type IN "
             "('table', 'view')", (table,))]
         if kinds != ["table"]:
-            return (f"{table} is not the plain table the course's schema makes "
-                    f"({'a view' if kinds else 'missing'}); the grader reads only "
-                    "plain tables")
+            return _refusal(table, "a view" if kinds else "missing")
         if conn.execute("SELECT 1 FROM sqlite_schema WHERE type = 'trigger' "
                         "AND tbl_name = ?", (table,)).fetchone():
-            return (f"{table} is not the plain table the course's schema makes "
-                    "(it has a trigger); the grader reads only plain tables")
+            return _refusal(table, "it has a trigger")
     return ""
