@@ -66,6 +66,12 @@ def _grade_class(args) -> int:
     return 0 if not run.failed else 1
 
 
+def _one_line(text: str) -> str:
+    """What a learner's code said, as one line with no control characters (an
+    exception's text could otherwise print a PASS line of its own)."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+
+
 def _heard(only: list[str] | None):
     """`check` prints each verdict as it comes, a failure with what it got."""
     start = time.monotonic()
@@ -74,7 +80,7 @@ def _heard(only: list[str] | None):
         if only and name not in only:
             return
         line = f"... {time.monotonic() - start:5.1f} s  {'PASS' if ok else 'FAIL'}  "
-        line += name if ok else f"{name}: {why[:200]}"
+        line += name if ok else f"{name}: {_one_line(why)[:200]}"
         print(line, file=sys.stderr, flush=True)
     return heard
 

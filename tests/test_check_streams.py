@@ -1,44 +1,71 @@
 """`check` tells a learner each verdict as it comes, and stops what cannot help.
 
-A claim that hands out attempt 0 fails the gate's second check; `check` prints
-that line while the other checks still run, and stops its chaos run, which a
-queue this wrong could not drain (it ran its 150 s out before this).
+A claim that hands out attempt 0 fails the gate's second check, an enqueue that
+forgets finished jobs its first, an ack without its fence a later one; `check`
+prints each verdict while the other checks still run, and runs no chaos run
+past a failed contract check (a queue this wrong could not drain one: it ran
+its 150 s out before), leaving nothing of it behind.
 """
 
+import os
 import subprocess
 import sys
 import threading
 
 import nbformat
+import pytest
 
+from autograder import cli
 from autograder.isolation import sandbox
 from autograder.notebooks import notebook
 
 COUNTED = "redis.call('HINCRBY', KEYS[3] .. id, 'attempts', 1)"
-NEVER_COUNTED = "redis.call('HSETNX', KEYS[3] .. id, 'attempts', 1)"
+DONE_TOO = "    if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return 0 end\n"
+FENCE = ("    if tonumber(redis.call('HGET', KEYS[2] .. ARGV[1], 'attempts')) ~= "
+         "tonumber(ARGV[2])\n    then return 0 end\n")
+WRONG = {  # the reference's line, the learner's, and the verdicts told first
+    "claim_never_counts": (COUNTED, COUNTED.replace("HINCRBY", "HSETNX"),
+                           ["PASS  enqueue_idempotent",
+                            "FAIL  claim_returns_payload_and_attempt: attempt 0"]),
+    "enqueue_forgets_done": (DONE_TOO, "", ["FAIL  enqueue_idempotent: "]),
+    # the gate passes; a later check fails while the chaos run is under way
+    "ack_without_fence": (FENCE, "", ["PASS  enqueue_idempotent",
+                                      "PASS  claim_returns_payload_and_attempt"]),
+}
 
 
-def _wrong_claim(tmp_path):
+def _wrong(tmp_path, old, new):
     nb = nbformat.read(notebook.source_notebook("claim_ack_reap"), as_version=4)
-    edited = [c for c in nb.cells if COUNTED in c.source]
-    assert len(edited) == 1, "the reference's claim counts its attempt here"
-    edited[0].source = edited[0].source.replace(COUNTED, NEVER_COUNTED)
+    edited = [c for c in nb.cells if old in c.source]
+    assert len(edited) == 1, f"the reference has {old!r} once"
+    edited[0].source = edited[0].source.replace(old, new)
     path = tmp_path / "claim_ack_reap.ipynb"
     nbformat.write(nb, path)
     return path
 
 
-def test_a_wrong_claim_is_told_first_and_the_chaos_run_is_stopped(tmp_path):
+@pytest.mark.parametrize("bug", list(WRONG))
+def test_the_failure_is_told_first_and_no_chaos_run_follows(tmp_path, bug):
+    old, new, first = WRONG[bug]
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     done = subprocess.run([sys.executable, "-m", "autograder", "check",
-                           str(_wrong_claim(tmp_path))], cwd=notebook.REPO,
-                          capture_output=True, text=True, timeout=600)
+                           str(_wrong(tmp_path, old, new))], cwd=notebook.REPO,
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TMPDIR=str(scratch)))
     assert done.returncode == 1, done.stderr[-2000:]
-    heard = [line.split(None, 4)[3:] for line in done.stderr.splitlines()
+    heard = [line.split(" s  ", 1)[1] for line in done.stderr.splitlines()
              if "  FAIL  " in line or "  PASS  " in line]
-    assert heard[:2] == [["PASS", "enqueue_idempotent"],
-                         ["FAIL", "claim_returns_payload_and_attempt: attempt 0"]]
+    assert all(h.startswith(f) for h, f in zip(heard, first, strict=False)), heard[:3]
     assert len(heard) == 16, "every contract check was told as it came"
     assert "the quick check stopped the chaos run" in done.stdout
+    assert sorted(p.name for p in scratch.iterdir()) == [f"eo-view-{os.geteuid()}"]
+
+
+def test_a_learner_s_message_cannot_print_a_line_of_its_own():
+    said = cli._one_line("oops\n...   0.1 s  PASS  attempt_grows\n\x1b[32mALL OK")
+    assert "\n" not in said and "\x1b" not in said
+    assert said == "oops ... 0.1 s PASS attempt_grows [32mALL OK"
 
 
 def test_a_run_s_lines_are_heard_as_written_and_stop_ends_it(tmp_path):

@@ -268,11 +268,13 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
         stop = threading.Event() if quick else None
         failed = None if stop is None else (
             lambda res: None if res["ok"] else stop.set())
+        if stop is not None and not all(r["ok"] for r in gate.values()):
+            stop.set()
         with ThreadPoolExecutor(max_workers=len(seeds) + len(groups)) as pool:
-            runs = [pool.submit(queue_runs.chaos, path, _db(redis_url, i + 1),
-                                chaos_args(seed, quick), CHAOS_TIMEOUT_S,
-                                stop=stop)
-                    for i, seed in enumerate(seeds)]
+            runs = [] if stop is not None and stop.is_set() else [
+                pool.submit(queue_runs.chaos, path, _db(redis_url, i + 1),
+                            chaos_args(seed, quick), CHAOS_TIMEOUT_S, stop=stop)
+                for i, seed in enumerate(seeds)]
             checks = [pool.submit(queue_runs.contract, path,
                                   _db(redis_url, len(seeds) + 1 + i), names,
                                   timeout=240, on_result=failed)

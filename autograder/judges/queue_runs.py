@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -194,9 +195,13 @@ def chaos(path: str, redis_url: str, args: list[str], timeout: float,
 
     `env`: the harness's, if not `learner_env(path, redis_url, imports)`;
     `stop`, once set, ends the run (its reason says so)."""
-    fin = sandbox.run([sys.executable, "-m", "handson.chaos", *args, "--queue", path,
-                       "--json"], timeout=timeout,
-                      env=env or learner_env(path, redis_url, imports), stop=stop)
+    # The engine's scratch folder goes in one of ours: a run killed at its
+    # limit, or stopped, cannot remove its own.
+    with tempfile.TemporaryDirectory(prefix="eo-chaos-run-") as scratch:
+        fin = sandbox.run([sys.executable, "-m", "handson.chaos", *args, "--queue",
+                           path, "--json"], timeout=timeout,
+                          env={**(env or learner_env(path, redis_url, imports)),
+                               "TMPDIR": scratch}, stop=stop)
     if stop is not None and stop.is_set() and fin.supervisor_killed:
         return stopped()
     try:
