@@ -203,6 +203,17 @@ def test_each_round_compares_the_reference_beside_it_and_repeats_spread():
     assert "spread" not in one[0] and "middle" not in one[0]
 
 
+def test_a_window_a_loaded_machine_starved_says_nothing_of_a_ratio():
+    """A round in which the PING loop (or the reference) made no progress at
+    all is left out, not divided by (a loaded suite once met one)."""
+    results = [_result("ping", [20_000.0, 0.0, 20_000.0],
+                       anchor=[9_000.0, 4_500.0, 0.0]),
+               _result("reference", [9_000.0] * 3)]
+    ping = run.goals(results)[0]
+    assert ping["value"] == pytest.approx(0.9) and ping["rounds"] == 1
+    assert run._vs_ping_half(results, results[1]) == pytest.approx(0.9)
+
+
 def _workers_of(pid: int) -> list[int]:
     """Bench workers started by runner `pid` that still exist."""
     mark = f"BENCH_PARENT={pid}".encode()

@@ -411,9 +411,22 @@ def _find(results: list[Result], system: str, workers: int,
                  and x.placement == placement), None)
 
 
-def _vs_ref(x: Result) -> list[float]:
-    """x's rate over the reference's just around it, window by window."""
-    return [v / a for v, a in zip(x.rates, x.anchor, strict=True)]
+def _vs_ref(x: Result) -> list[float | None]:
+    """x's rate over the reference's just around it, window by window; None
+    for a window in which either made no progress at all (a machine so loaded
+    that it starved one of them says nothing of their ratio)."""
+    return [v / a if v > 0 and a > 0 else None
+            for v, a in zip(x.rates, x.anchor, strict=True)]
+
+
+def _each(k: float, ratios: list[float | None]) -> list[float]:
+    """k over each ratio that was measured."""
+    return [k / r for r in ratios if r]
+
+
+def _over(tops: list[float | None], bottoms: list[float | None]) -> list[float]:
+    """Window by window, where both were measured."""
+    return [t / b for t, b in zip(tops, bottoms, strict=True) if t and b]
 
 
 def _vs_ping_half(results: list[Result], x: Result) -> float | None:
@@ -421,11 +434,11 @@ def _vs_ping_half(results: list[Result], x: Result) -> float | None:
     if x.system == "ping" or ping is None:
         return None
     if x.system == "reference" and ping.anchor:
-        rounds = [2 / v for v in _vs_ref(ping)]
+        rounds = _each(2, _vs_ref(ping))
     elif x.anchor and ping.anchor:      # through the reference beside each
-        rounds = [2 * v / p for v, p in zip(_vs_ref(x), _vs_ref(ping), strict=True)]
+        rounds = [2 * r for r in _over(_vs_ref(x), _vs_ref(ping))]
     else:
-        rounds = [v / (p / 2) for v, p in zip(x.rates, ping.rates, strict=True)]
+        rounds = [2 * r for r in _over(x.rates, ping.rates)]
     return summary(rounds, x.repeats)["value"]
 
 
@@ -433,8 +446,8 @@ def _vs_ping(results: list[Result], x: Result) -> list[float]:
     """x's rate over the PING loop's, round by round, through the reference."""
     ping = _find(results, "ping", x.workers, x.placement)
     if x.system == "reference":
-        return [1 / v for v in _vs_ref(ping)]
-    return [v / p for v, p in zip(_vs_ref(x), _vs_ref(ping), strict=True)]
+        return _each(1, _vs_ref(ping))
+    return _over(_vs_ref(x), _vs_ref(ping))
 
 
 def cost(results: list[Result], x: Result) -> dict | None:
@@ -549,7 +562,7 @@ def _goals(results: list[Result], w: int, pl: str) -> list[dict]:
     at = f"{w}w, {pl}"
     ping, ref = _find(results, "ping", w, pl), _find(results, "reference", w, pl)
     if ping and ref:
-        got = summary([2 / v for v in _vs_ref(ping)], ping.repeats)
+        got = summary(_each(2, _vs_ref(ping)), ping.repeats)
         out.append({"goal": f"reference >= 90% of PING/2 per worker ({at})",
                     "shown": f"{got['value']:.0%}", "met": got["value"] >= 0.9,
                     "where": _shortfall(results, ref), **got})
@@ -561,7 +574,7 @@ def _goals(results: list[Result], w: int, pl: str) -> list[dict]:
                     "where": _shortfall(results, fused), **got})
     rq = _find(results, "rq", w, pl)
     if ref and rq:
-        got = summary([1 / v for v in _vs_ref(rq)], rq.repeats)
+        got = summary(_each(1, _vs_ref(rq)), rq.repeats)
         out.append({"goal": f"reference >= 10x RQ ({at})",
                     "shown": f"{got['value']:.1f}x", "met": got["value"] >= 10,
                     **got})
@@ -570,7 +583,7 @@ def _goals(results: list[Result], w: int, pl: str) -> list[dict]:
     if ref and peers:
         best = max(peers, key=lambda x: x.per_worker)
         each = zip(*(_vs_ref(x) for x in peers), strict=True)
-        got = summary([1 / max(vs) for vs in each], best.repeats)
+        got = summary([1 / max(vs) for vs in each if all(vs)], best.repeats)
         out.append({"goal": f"reference ahead of every peer per worker ({at})",
                     "shown": f"{got['value']:.1f}x {best.system}",
                     "met": got["value"] > 1, "best": best.system, **got})
@@ -578,7 +591,8 @@ def _goals(results: list[Result], w: int, pl: str) -> list[dict]:
     if bat:
         got = summary([b / w for b in bat.rates], bat.repeats)
         if bat.anchor:
-            got["vs_reference"] = summary(_vs_ref(bat), bat.repeats)
+            got["vs_reference"] = summary([r for r in _vs_ref(bat) if r],
+                                          bat.repeats)
         out.append({"goal": f"batched > 50,000 jobs/s per worker ({at})",
                     "shown": f"{got['value']:,.0f}",
                     "met": got["value"] > 50_000, **got})
