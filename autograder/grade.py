@@ -95,11 +95,15 @@ def write_no_link(path: Path, data: bytes) -> str:
 def run_dir(name: str):
     """A grading run's work dir, named as a learner's own copy is
     (`<tmp>/<random>/<assignment>`): nothing the learner's code reads of its
-    folder says it is graded. Removed with what is in it."""
+    folder says it is graded. Removed with what is in it, and with the run's
+    cgroups: a judge's harness kills hosts whose launchers cannot remove them."""
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp) / name
         workdir.mkdir()
-        yield workdir
+        try:
+            yield workdir
+        finally:
+            sandbox.cleanup(workdir)
 
 
 def _execution_problems(summary: dict, finished: sandbox.Finished,

@@ -27,7 +27,7 @@ import pytest
 import redis
 
 from autograder.grade import grade
-from autograder.isolation import sandbox
+from autograder.isolation import confine, sandbox
 from autograder.notebooks import notebook
 from handson.redis_server import EmbeddedRedis
 
@@ -328,6 +328,25 @@ def test_learner_prefix_confines_a_host_and_cleanup_removes_the_run(tmp_path):
     finally:
         server.stop()
     assert sandbox.cleanup(work) == []
+
+
+def test_a_grading_run_s_cgroups_go_with_its_work_dir():
+    """A judge's harness kills hosts (a check's group, a worker at a crash
+    point); a launcher killed last cannot remove the run's cgroups."""
+    from autograder import grade as grading
+
+    with grading.run_dir("claim_ack_reap") as work:
+        host = subprocess.Popen(sandbox.learner_prefix(work) + [
+            sys.executable, "-c", "import time; time.sleep(60)"])
+        cgroup = confine.Cgroup(confine.run_id(str(work)))
+        deadline = time.monotonic() + 20
+        while not all(d.exists() for d in cgroup.dirs.values()):
+            assert time.monotonic() < deadline, "the run's cgroups were never made"
+            time.sleep(0.05)
+        host.kill()
+        host.wait(10)
+        assert any(d.exists() for d in cgroup.dirs.values()), "left for run_dir"
+    assert not any(d.exists() for d in cgroup.dirs.values())
 
 
 def test_concurrent_runs_cannot_see_each_other(tmp_path):
