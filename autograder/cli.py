@@ -122,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--dry-run", action="store_true", help="only say what would be "
                    "graded or regraded (after a grader or source change), and why")
     q = sub.add_parser("corpus", help="grade the corpus of wrong and correct "
-                       "queues and print the catch rate")
-    q.add_argument("folder", nargs="?", help="a folder of queue modules "
-                   "(default: the tests' corpus)")
+                       "modules and print each assignment's catch rate")
+    q.add_argument("folder", nargs="?", help="one folder of modules "
+                   "(default: the tests' corpus, every assignment)")
     q.add_argument("--workers", type=int, default=3,
                    help="queues graded at once (default 3)")
     b = sub.add_parser("bench", help="what grading each assignment's reference "

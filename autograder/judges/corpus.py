@@ -1,7 +1,8 @@
 """`python -m autograder corpus`: grade our wrong and correct modules; the catch rate.
 
-The corpus is a folder of modules per kind (the tests' `tests/corpus/queues`,
-`outbox` and `claims` by default; a folder named otherwise holds queues). One
+The corpus is a folder of modules per assignment (the tests' `tests/corpus/queues`
+for claim_ack_reap and one folder per other assignment, named in FILE_KINDS; a
+folder named otherwise holds queues). One
 whose docstring starts "Broken on purpose:" is a mutant, a plausible edit of a
 correct module, and must lose at least one check; any other is a correct
 alternative and must pass them all. The reference queue (`handson.q`) is graded
@@ -11,21 +12,20 @@ A queue is graded by the queue-contract checks the assignments grade
 (claim_ack_reap's, and heartbeats' on extend), run cheapest first: a mutant
 stops at its first failure. Only a mutant that every check passes gets a chaos
 run, the one `chaos_runs.json` gives it (the run that shows its bug), if it has
-one. An outbox module (save_document, relay_once, summarize) and a claims module
-(send_confirmation, award_points) are graded as the assignments grade them,
-outbox_relay and idempotent_claims: their runs kill the learner's code at the
-named points and after each of its round trips, in the sandbox, on a copy of
-the module.
+one. A module of another folder is graded as its assignment grades the
+learner's module (the judge's `evaluate_file`, in the sandbox, on a copy named
+as the notebook names it).
 
 Each module but a folder's correct one holds only what it changes: it puts its
 own folder first on sys.path and star-imports the correct one (`mini_correct`
-among the queues, `correct` in the other folders), so an outbox or claims
-module is graded with a copy of its folder's `correct.py` beside it.
+among the queues, `correct` in the other folders), so a module of another
+folder is graded with a copy of its folder's `correct.py` beside it.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import queue
 import shutil
@@ -41,7 +41,11 @@ from autograder.notebooks import notebook
 
 ROOT = notebook.REPO / "tests" / "corpus"
 CORPUS = ROOT / "queues"
-FILE_KINDS = ("outbox", "claims")     # graded as their assignment grades them
+QUEUES_ASSIGNMENT = "claim_ack_reap"
+# Each other folder and the assignment whose judge grades its modules.
+FILE_KINDS = {"outbox": "outbox_relay", "claims": "idempotent_claims",
+              "pg": "pg_claim_finish", "heartbeats": "heartbeats",
+              "delivery": "delivery_semantics"}
 MUTANT = "Broken on purpose:"
 BASE = "correct.py"     # what the other modules of an outbox or claims folder import
 REFERENCE = "handson.q"
@@ -74,6 +78,10 @@ class Graded:
     passed: list[str] = field(default_factory=list)
     chaos: str = ""                                 # the chaos verdict, if run
     seconds: float = 0.0
+
+    @property
+    def assignment(self) -> str:
+        return FILE_KINDS.get(self.kind, QUEUES_ASSIGNMENT)
 
     @property
     def ok(self) -> bool:
@@ -120,23 +128,21 @@ def folders(folder: Path | None) -> list[Path]:
     """The folders to grade: the one given, or the corpus's, one per kind."""
     if folder is not None:
         return [folder]
-    return [CORPUS] + [ROOT / k for k in FILE_KINDS if (ROOT / k).is_dir()]
+    return [CORPUS] + [ROOT / k for k in FILE_KINDS if (ROOT / k / BASE).is_file()]
 
 
 def grade_file(name: str, spec: str, mutant: bool, url: str, kind: str) -> Graded:
-    """An outbox or claims module, graded like a learner's, on a copy of it in a
-    folder of its own (the run's work dir), beside a copy of the correct module
-    it imports."""
-    from autograder.judges import idempotent_claims, outbox_relay
-
-    evaluate = {"outbox": outbox_relay, "claims": idempotent_claims}[kind]
+    """A module of another assignment, graded like a learner's, on a copy of it
+    in a folder of its own (the run's work dir), beside a copy of the correct
+    module it imports."""
+    evaluate = importlib.import_module(f"autograder.judges.{FILE_KINDS[kind]}")
     start = time.monotonic()
     g = Graded(name, spec, mutant, kind)
     with tempfile.TemporaryDirectory(prefix="eo-corpus-") as work:
         copy = Path(work) / evaluate.MODULE_FILE
         shutil.copyfile(spec, copy)
         shutil.copyfile(Path(spec).with_name(BASE), Path(work) / BASE)
-        ev = evaluate.evaluate_file(str(copy), url)
+        ev = evaluate.evaluate_file(str(copy), url, quick=False)
     for o in ev.outcomes:
         if o.ok:
             g.passed.append(o.name)
@@ -212,14 +218,22 @@ def grade_corpus(url: str, folder: Path | None = None, workers: int = 3,
     return sorted(graded, key=lambda g: (not g.mutant, g.name))
 
 
-def summary(graded: list[Graded]) -> str:
+def _rate(graded: list[Graded]) -> str:
     mutants = [g for g in graded if g.mutant]
     correct = [g for g in graded if not g.mutant]
     caught = sum(g.ok for g in mutants)
     full = sum(g.ok for g in correct)
     rate = 100 * caught / len(mutants) if mutants else 100.0
-    return (f"catch rate: {caught}/{len(mutants)} mutants caught ({rate:.0f}%); "
+    return (f"{caught}/{len(mutants)} mutants caught ({rate:.0f}%); "
             f"{full}/{len(correct)} correct modules with full marks")
+
+
+def summary(graded: list[Graded]) -> str:
+    """The catch rate of each assignment graded, then of them all."""
+    names = sorted({g.assignment for g in graded})
+    lines = [f"{name + ':':<20} {_rate([g for g in graded if g.assignment == name])}"
+             for name in names] if len(names) > 1 else []
+    return "\n".join(lines + [f"catch rate: {_rate(graded)}"])
 
 
 def main(folder: str | None, workers: int) -> int:
