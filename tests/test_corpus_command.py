@@ -1,11 +1,9 @@
-"""`python -m autograder corpus`, run once on the queues: every wrong queue in
-tests/corpus/queues loses a check, every correct one (and the reference queue)
-scores full marks.
+"""`python -m autograder corpus`, run once on the whole corpus: every wrong
+module of every assignment loses a check, every correct one (and the reference
+queue) scores full marks, and each assignment's catch rate is printed.
 
-Each wrong queue must be caught by the check that names its bug, so a weaker
-check cannot hide behind another that happens to fail. The outbox and claims
-modules (graded by their assignments' sandboxed runs, a minute or two each) are
-listed here, and graded by the command without a folder, not by the suite.
+Each wrong module must be caught by the check that names its bug, so a weaker
+check cannot hide behind another that happens to fail.
 """
 
 import ast
@@ -19,7 +17,7 @@ import pytest
 
 from autograder.judges import corpus
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(1500)
 
 CAUGHT_BY = {
     "ack_check_then_act": "interleavings",
@@ -41,39 +39,45 @@ CAUGHT_BY = {
     "reap_grace_wrong_sign": "lease_time_scales",
     "reap_own_clock": "deadline_from_server_clock",
 }
+ASSIGNMENTS = (corpus.QUEUES_ASSIGNMENT, *corpus.FILE_KINDS.values())
 LINE = re.compile(r"^(mutant|correct)\s+(\S+)\s+(CAUGHT by (\S+?):|ESCAPED|FULL|LOST)")
 
 
 def test_the_corpus_command_catches_every_mutant_and_passes_the_rest(redis_url):
     env = {**os.environ, "REDIS_URL": redis_url}
-    out = subprocess.run([sys.executable, "-m", "autograder", "corpus",
-                          str(corpus.CORPUS)],
-                         capture_output=True, text=True, env=env, timeout=590)
+    out = subprocess.run([sys.executable, "-m", "autograder", "corpus"],
+                         capture_output=True, text=True, env=env, timeout=1450)
     rows = {m[2]: m for m in map(LINE.match, out.stdout.splitlines()) if m}
-    names = {name for name, _, _ in corpus.queues(corpus.CORPUS)}
-    assert set(rows) == names, out.stdout + out.stderr
+    found = [item for f in corpus.folders(None) for item in corpus.queues(f)]
+    assert set(rows) == {name for name, _, _ in found}, out.stdout + out.stderr
     mutants = {n for n, m in rows.items() if m[1] == "mutant"}
-    assert len(mutants) >= 23 and len(rows) - len(mutants) >= 5
     for name, m in rows.items():
         want = "CAUGHT" if name in mutants else "FULL"
         assert m[3].startswith(want), out.stdout
     for name, check in CAUGHT_BY.items():
         assert rows[name][4] == check, out.stdout
+    for assignment in ASSIGNMENTS:
+        mine = [n for n in rows if _assignment(n) == assignment]
+        bad = len([n for n in mine if n in mutants])
+        assert (f"{assignment + ':':<20} {bad}/{bad} mutants caught (100%); "
+                f"{len(mine) - bad}/{len(mine) - bad} correct modules") in out.stdout
     assert f"catch rate: {len(mutants)}/{len(mutants)} mutants caught" in out.stdout
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def _assignment(name: str) -> str:
+    kind = name.split("/")[0] if "/" in name else "queues"
+    return corpus.FILE_KINDS.get(kind, corpus.QUEUES_ASSIGNMENT)
+
+
 def test_the_corpus_spans_the_assignments():
-    """Without a folder the command grades the queues, the outbox modules and
-    the claims modules: at least 30 mutants, correct alternatives of each."""
+    """Without a folder the command grades a folder per assignment, each with
+    at least 8 wrong modules and 3 correct alternatives."""
     found = [item for f in corpus.folders(None) for item in corpus.queues(f)]
-    kinds = {name.split("/")[0] if "/" in name else "queues"
-             for name, _, _ in found}
-    assert kinds == {"queues", "outbox", "claims"}
-    assert sum(m for _, _, m in found) >= 30
-    for kind in ("outbox", "claims"):
-        mine = [m for name, _, m in found if name.startswith(kind + "/")]
-        assert mine.count(True) >= 4 and mine.count(False) >= 2, (kind, mine)
+    assert {_assignment(name) for name, _, _ in found} == set(ASSIGNMENTS)
+    for assignment in ASSIGNMENTS:
+        mine = [m for name, _, m in found if _assignment(name) == assignment]
+        assert mine.count(True) >= 8 and mine.count(False) >= 3, (assignment, mine)
 
 
 def _top_level(path) -> dict[str, str]:
