@@ -267,6 +267,8 @@ def observe_all(bench: Bench, docs: int = 40, kills: int = 3) -> dict:
     if bench.module:        # a host of ours, killed after each round trip
         runs["round_trips"] = lambda: outbox_trips.killed_between_trips(bench)
         runs["interleaved"] = lambda: outbox_trips.interleaved_consumers(bench)
+        runs["writers_race"] = lambda: outbox_trips.writers_race_relay(bench)
+        runs["reused"] = lambda: outbox_trips.reused_consumers(bench)
     out = {}
     for name, run in runs.items():
         try:
