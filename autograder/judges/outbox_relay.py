@@ -185,8 +185,9 @@ def judge(obs: dict) -> list[Outcome]:
             "larger one was published: select the rows not yet sent, not "
             "`id > last published id`",
             f"all {d['writers']} rows published",
-            f"{d['skipped']} of {d['writers']} never published "
-            f"(commit order {d['commit_order']})"))
+            f"{d['skipped']} of {d['writers']} never published by one relay "
+            f"kept running, polling after each commit (commit order "
+            f"{d['commit_order']})"))
     out.append(_round_trips(obs, by["killed_between_round_trips"]))
     d, err = _run(obs, "interleaved")
     out.append(round_trips(by["consumers_interleaved"], d, err,
