@@ -40,11 +40,13 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
+from types import SimpleNamespace
 
 import redis
 
-from handson import outbox, outbox_trips, wal_relay
+from handson import outbox, outbox_trips, round_trips, wal_relay
 from handson.effects.sqldb import Database, default_target
+from handson.infra import learner_module, remote_module
 from handson.infra.worker_process import WorkerError, run_or_kill
 from handson.queues.contract import load_queue
 
@@ -120,11 +122,34 @@ class Bench:
             return self.process("consume", [], None)["delivered"]
         return outbox.consume_all(db, self.r, self.queue, keyed, inbox=inbox)
 
-    def poll(self, db: Database, loop: str) -> int:
-        """One relay batch; how many rows it published."""
-        if self.module:
-            return int(self.process("relay", ["--once"], None)["published"])
-        return outbox.relay_batch(db, self.r, self.queue, loop)
+    @contextlib.contextmanager
+    def poller(self, db: Database, loop: str):
+        """A function that runs one relay batch and says how many rows it
+        published. A learner's relay is one host for the whole experiment, its
+        connection and its module's state kept between polls, as a relay
+        service runs: a relay that remembers in memory what it published is
+        judged as it would run."""
+        if not self.module:
+            yield lambda: outbox.relay_batch(db, self.r, self.queue, loop)
+            return
+        try:
+            host = round_trips.hosted(self.module, "your outbox module")
+        except learner_module.ModuleProblem as err:
+            raise WorkerError(f"relay: {err}") from None
+        kit = outbox._stand_ins(SimpleNamespace(db=self.target, redis=self.redis_url,
+                                                queue=self.queue_spec),
+                                outbox._no_pause)
+
+        def poll() -> int:
+            try:
+                return int(host.relay_once(*kit) or 0)
+            except (remote_module.LearnerError,
+                    remote_module.LearnerProcessDied) as err:
+                raise WorkerError(f"relay: {type(err).__name__}: {err}") from None
+        try:
+            yield poll
+        finally:
+            host.close()
 
     def process(self, role: str, extra: list[str], kill_at: int | None,
                 point: str = "between") -> dict | None:
@@ -267,6 +292,8 @@ def observe_all(bench: Bench, docs: int = 40, kills: int = 3) -> dict:
     if bench.module:        # a host of ours, killed after each round trip
         runs["round_trips"] = lambda: outbox_trips.killed_between_trips(bench)
         runs["interleaved"] = lambda: outbox_trips.interleaved_consumers(bench)
+        runs["writers_race"] = lambda: outbox_trips.writers_race_relay(bench)
+        runs["reused"] = lambda: outbox_trips.reused_consumers(bench)
     out = {}
     for name, run in runs.items():
         try:
@@ -280,12 +307,13 @@ def observe_all(bench: Bench, docs: int = 40, kills: int = 3) -> dict:
 def _commit_and_poll(bench: Bench, db: Database, loop: str, commits: list,
                      commit_order: list[int]) -> OrderRun:
     """Run each commit, let the relay poll after each, then count what got out."""
-    for commit in commits:
-        commit()
-        bench.poll(db, loop)
-    for _ in range(len(commits) + 1):     # then poll until a poll finds nothing
-        if bench.poll(db, loop) == 0:
-            break
+    with bench.poller(db, loop) as poll:
+        for commit in commits:
+            commit()
+            poll()
+        for _ in range(len(commits) + 1):     # then poll until a poll finds nothing
+            if poll() == 0:
+                break
     published = bench.drain(db)
     return OrderRun(loop, len(commits), commit_order, len(published),
                     len(commits) - len(set(published)))

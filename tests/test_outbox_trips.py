@@ -138,3 +138,53 @@ def test_a_consumer_that_looks_then_writes_applies_the_effect_twice(graded):
         "consumer ran summarize(db, 0) to its end; then the first went on: "
         "document 0 was summarized 2 times"), bad
     assert bad["fix"] == outbox_trips.FIX_RIVAL
+
+
+@pytest.mark.parametrize("name", ["correct.py", "alt_mark_ids_in.py",
+                                  "alt_delete_rows.py"])
+def test_a_relay_that_marks_what_it_read_keeps_every_racing_row(graded, name):
+    """Writers commit while the relay is stopped after any round trip: a relay
+    that marks (or deletes) exactly the ids it read leaves theirs unsent."""
+    data = graded(name, how=outbox_trips.writers_race_relay)
+    assert data["failed"] is None and data["kills"]["relay_once"] >= 3, data
+
+
+@pytest.mark.parametrize("name", ["relay_marks_id_range.py",
+                                  "relay_marks_all_unsent.py"])
+def test_a_relay_that_marks_rows_it_never_read_loses_a_racing_one(graded, name):
+    bad = graded(name, how=outbox_trips.writers_race_relay)["failed"]
+    assert bad["schedule"].startswith(
+        "relay_once stopped after round trip 1 of 4 (SQL SELECT id, doc_id FROM "
+        "outbox WHERE sent = 0 ORDER BY id LIMIT 100), before Redis EVALSHA; "
+        "meanwhile writers committed outbox row 3, then row 1"), bad
+    assert bad["schedule"].endswith(
+        "document 2 (outbox row 3, committed while relay_once was stopped) was "
+        "never delivered"), bad
+    assert bad["fix"] == outbox_trips.FIX_RACE
+
+
+@pytest.mark.parametrize("name", ["correct.py", "alt_delete_rows.py"])
+def test_long_running_consumers_apply_each_document_once(graded, name):
+    assert graded(name, how=outbox_trips.reused_consumers) == {
+        "kills": {"summarize": len(outbox_trips.DELIVERIES)}, "failed": None}
+
+
+@pytest.mark.parametrize("name", ["consumer_connection_cache.py",
+                                  "consumer_temp_table_key.py",
+                                  "consumer_last_insert_rowid.py"])
+def test_state_kept_per_connection_applies_a_redelivery_twice(graded, name):
+    bad = graded(name, how=outbox_trips.reused_consumers)["failed"]
+    assert bad["schedule"] == (
+        "delivery 3 of 4: document 1 to worker A (its connection had taken "
+        "document 0; worker B had taken document 1): document 1 was summarized "
+        "2 times"), bad
+    assert bad["fix"] == outbox_trips.FIX_REUSED
+
+
+def test_a_relay_remembering_its_last_id_skips_a_late_commit(graded):
+    """One relay host polls after each commit, as a relay service would: what
+    its module keeps between polls lives on, and skips a lower id."""
+    def out_of_order(bench):
+        return outbox_runs.out_of_order(bench, "flag")
+    assert graded("correct.py", how=out_of_order).skipped == 0
+    assert graded("relay_remembers_last_id.py", how=out_of_order).skipped > 0

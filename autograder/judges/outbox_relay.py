@@ -17,6 +17,11 @@ its round trips, every SQL statement and Redis reply (`handson.outbox_trips`):
 a gap the pause does not mark is found all the same. And the consumer is
 stopped after each of its round trips while another consumer, in a process of
 its own, summarizes the same document (`outbox_trips.interleaved_consumers`).
+The relay is stopped after each of its round trips while writers commit rows
+with lower ids than ones it read, out of id order
+(`outbox_trips.writers_race_relay`), and two consumers that keep one
+connection each across deliveries, as long-running workers do, take the same
+document in turn (`outbox_trips.reused_consumers`).
 
 The experiments and their workers are a trusted harness
 (`queue_runs.learner_env`): the grader imports none of the learner's code, and
@@ -69,6 +74,12 @@ CHECKS = [
     Check("consumers_interleaved", 1,
           "a consumer stopped after each round trip while another consumes "
           "the same job: the effect once"),
+    Check("writers_race_relay", 2,
+          "relay stopped after each round trip while writers commit rows, "
+          "lower ids and out of order: every row published"),
+    Check("consumers_reused", 1,
+          "two long-running consumers, one connection each kept across "
+          "deliveries, the same job to both: the effect once"),
 ]
 NOTEBOOK_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 180
@@ -174,14 +185,25 @@ def judge(obs: dict) -> list[Outcome]:
             "larger one was published: select the rows not yet sent, not "
             "`id > last published id`",
             f"all {d['writers']} rows published",
-            f"{d['skipped']} of {d['writers']} never published "
-            f"(commit order {d['commit_order']})"))
+            f"{d['skipped']} of {d['writers']} never published by one relay "
+            f"kept running, polling after each commit (commit order "
+            f"{d['commit_order']})"))
     out.append(_round_trips(obs, by["killed_between_round_trips"]))
     d, err = _run(obs, "interleaved")
     out.append(round_trips(by["consumers_interleaved"], d, err,
                            "document 0 summarized once, whatever ran between "
                            "two round trips of its consumer",
                            "stops while another consumer ran"))
+    d, err = _run(obs, "writers_race")
+    out.append(round_trips(by["writers_race_relay"], d, err,
+                           "every document delivered, whatever writers "
+                           "committed while the relay was stopped",
+                           "stops while writers committed"))
+    d, err = _run(obs, "reused")
+    out.append(round_trips(by["consumers_reused"], d, err,
+                           "each document summarized once, whichever "
+                           "long-running worker took it",
+                           "deliveries on two long-lived connections"))
     return out
 
 
