@@ -226,8 +226,8 @@ def observe_all(lab: Lab) -> dict:
     if lab.job:             # a host of ours, killed after each statement
         out["round_trips"] = claims_trips.killed_between_trips(
             lab.target, lab.job, KEY, (T0, INSIDE_LEASE, AFTER_LEASE))
-        out["interleaved"] = claims_trips.interleaved_points(lab.target, lab.job,
-                                                             KEY, T0)
+        out.update(claims_trips.with_rivals(lab.target, lab.job, KEY, T0,
+                                            lab.workdir, lab.provider))
     return out
 
 

@@ -11,8 +11,11 @@ It is graded by behaviour: `python -m handson.replay_matrix --job myclaims.py
 learner's code, kills them with SIGKILL at the named points, and reports what
 the mail provider counted and what the tables hold. Then award_points is
 killed after each of its SQL statements, named point or not
-(`handson.claims_trips`), and delivered again; and stopped after each of them
-while the same delivery runs to its end in another worker.
+(`handson.claims_trips`), and delivered again; both jobs are stopped after
+each of their statements while the same delivery runs to its end in another
+worker; and one worker makes many deliveries on one connection, as a
+long-running worker would (again after its own success, another order, again
+after an attempt whose work raised), so state kept per connection shows.
 
 The matrix and its workers are a trusted harness (`queue_runs.learner_env`):
 they never import the learner's module. Each worker calls it in a host
@@ -76,6 +79,12 @@ CHECKS = [
     Check("points_interleaved", 1,
           "the points job stopped after each SQL statement while the same "
           "delivery runs in another worker: one ledger row"),
+    Check("confirmation_interleaved", 1,
+          "send_confirmation stopped after each SQL statement while the same "
+          "delivery runs in another worker: one email"),
+    Check("one_worker_many_deliveries", 2,
+          "one worker, one connection, many deliveries (again after success, "
+          "another order, again after a failed attempt): each effect once"),
 ]
 NOTEBOOK_TIMEOUT_S = 120
 # A replay run takes about 15 s alone (each delivery a worker process that starts
@@ -244,7 +253,13 @@ def judge(obs: dict, policy: str) -> list[Outcome]:
              "kills between round trips"),
             ("interleaved", "points_interleaved",
              "1 ledger row, record completed (two deliveries at once)",
-             "stops while another worker ran")):
+             "stops while another worker ran"),
+            ("confirmation_interleaved", "confirmation_interleaved",
+             "1 email, record completed (two deliveries at once)",
+             "stops while another worker ran"),
+            ("one_worker", "one_worker_many_deliveries",
+             "each email and each ledger row once, after every delivery",
+             "deliveries on one connection")):
         data = obs.get(name) or {"error": obs.get(
             "error", f"the {done} did not report")}
         err = data.get("error", "")
