@@ -26,6 +26,7 @@ CAUGHT_BY = {
     "outside_tx_keys_per_delivery": "dedup_outside_tx",
     "window_off_by_one": "window_escapes",
     "window_ignores_max_delay": "window_escapes",
+    "window_state_at_module_level": "window_escapes",
     "lease_counts_slow_only": "lease_doubles",
     "lease_fixed_seed": "lease_doubles",
     "lease_rng_at_module_level": "lease_doubles",
@@ -38,6 +39,7 @@ SAYS = {
     "outside_tx_keys_per_delivery": "delivery 1 ran, then delivery 2 ran",
     "key_cached_per_worker": "(fresh worker) !=",
     "lease_rng_at_module_level": "on the call again",
+    "window_state_at_module_level": "on the call again",
 }
 LINE = re.compile(r"^(mutant|correct)\s+delivery/(\S+)\s+"
                   r"(CAUGHT by (\S+?): (.*)|ESCAPED|FULL|LOST)")
