@@ -38,9 +38,34 @@ CAUGHT_BY = {
     "lease_whole_seconds": "lease_time_scales",
     "reap_grace_wrong_sign": "lease_time_scales",
     "reap_own_clock": "deadline_from_server_clock",
+    "delivery/ack_before_acks_after": "ack_before_work",
+    "delivery/after_work_sink_shared": "ack_after_work",
+    "delivery/key_includes_attempt": "dedup_key_stable",
+    "delivery/key_cached_per_worker": "dedup_key_stable",
+    "delivery/in_tx_key_after_effect": "dedup_in_tx",
+    "delivery/in_tx_trusts_crash_flag": "dedup_in_tx",
+    "delivery/in_tx_keys_kept_between_calls": "dedup_in_tx",
+    "delivery/outside_tx_keys_per_delivery": "dedup_outside_tx",
+    "delivery/window_off_by_one": "window_escapes",
+    "delivery/window_ignores_max_delay": "window_escapes",
+    "delivery/window_state_at_module_level": "window_escapes",
+    "delivery/lease_counts_slow_only": "lease_doubles",
+    "delivery/lease_fixed_seed": "lease_doubles",
+    "delivery/lease_rng_at_module_level": "lease_doubles",
+}
+# What the catching check says: the step and what ran beside it.
+SAYS = {
+    "delivery/after_work_sink_shared": "second call: job",
+    "delivery/in_tx_keys_kept_between_calls": "second call: job",
+    "delivery/in_tx_trusts_crash_flag": "delivery 1 ran, then delivery 2 ran",
+    "delivery/outside_tx_keys_per_delivery": "delivery 1 ran, then delivery 2 ran",
+    "delivery/key_cached_per_worker": "(fresh worker) !=",
+    "delivery/lease_rng_at_module_level": "on the call again",
+    "delivery/window_state_at_module_level": "on the call again",
 }
 ASSIGNMENTS = (corpus.QUEUES_ASSIGNMENT, *corpus.FILE_KINDS.values())
-LINE = re.compile(r"^(mutant|correct)\s+(\S+)\s+(CAUGHT by (\S+?):|ESCAPED|FULL|LOST)")
+LINE = re.compile(r"^(mutant|correct)\s+(\S+)\s+"
+                  r"(CAUGHT by (\S+?): (.*)|ESCAPED|FULL|LOST)")
 
 
 def test_the_corpus_command_catches_every_mutant_and_passes_the_rest(redis_url):
@@ -56,6 +81,8 @@ def test_the_corpus_command_catches_every_mutant_and_passes_the_rest(redis_url):
         assert m[3].startswith(want), out.stdout
     for name, check in CAUGHT_BY.items():
         assert rows[name][4] == check, out.stdout
+    for name, phrase in SAYS.items():
+        assert phrase in rows[name][5], rows[name][0]
     for assignment in ASSIGNMENTS:
         mine = [n for n in rows if _assignment(n) == assignment]
         bad = len([n for n in mine if n in mutants])

@@ -14,6 +14,18 @@ The expected numbers are not typed here: `reference()` takes them from
 `lease_doubles`), so the grader and the page cannot disagree. A second crash
 stream (full grading only) is judged by the page's claims, not by numbers, so
 a submission cannot pass by printing the page's table.
+
+Each function is also called again, as a long-running worker calls it: every
+design twice on one short stream of new jobs, some delivered again after their
+own delivery ran or crashed (the dedups must refuse them, and the second call
+must find no state the first one left); window_escapes and lease_doubles once
+more with arguments they already had. The grader (not a kernel, which is one
+process) asks a fresh host for dedup_key(j, 2), as the redelivery's worker,
+and compares it with attempt 1's key from the first host.
+
+`evaluate_file` grades a module that defines the functions (MODULE_FILE: the
+notebook's cells as `cells_module` writes them, or a corpus module) through
+that one sandboxed harness; `evaluate` writes the notebook's cells there.
 """
 
 from __future__ import annotations
@@ -60,8 +72,10 @@ ALT_DELAY, ALT_WINDOWS = 1_000, (500, 1_000)      # the claim on another max del
 LEASES = (5, 15, 30, 60, 300)
 QUICK_LEASES = (5, 300)
 ALT_SEED, ALT_LEASES = 7, (5, 60)
-ALT_CRASH = 0.05                                  # a second crash stream
+ALT_CRASH, ALT_N = 0.05, 5_000       # a second crash stream, shorter: its claims
 CALL_LIMIT_S = 20
+KEY_JOBS = (0, 7, 123, 19_999)
+SHORT_JOBS, SHORT_AGAIN = 12, (0, 1, 2, 5, 8, 9)  # the short stream's deliveries
 
 
 # --- observing: runs where the learner's code runs (the kernel) ---------------
@@ -134,6 +148,25 @@ def _summarize(result, jobs) -> dict:
             "dup": sorted(j for j in ids if applied.get(j, 0) > 1)}
 
 
+def _counts(result, jobs) -> dict:
+    """Times each job of a short stream was applied, keyed by its id."""
+    applied = _applied(result)
+    if applied is None:
+        return _summarize(result, jobs)
+    return {"applied": {str(j): applied.get(j, 0) for j, _ in jobs}}
+
+
+def redeliveries() -> list[tuple[int, bool]]:
+    """A short stream of jobs the page's stream never holds: each delivered
+    once, then some delivered again after their own delivery, the one that
+    ran or the one that crashed (a broker redelivers a job whose ack it never
+    got); some crash on that second delivery too."""
+    from handson.c01_job_scheduler import N
+
+    first = [(N + i, i % 4 == 1) for i in range(SHORT_JOBS)]
+    return first + [(N + i, i % 3 == 2) for i in SHORT_AGAIN]
+
+
 def observe(ns: dict, quick: bool = False, out_path: str | None = None) -> dict:
     """Run the learner's functions on the page's stream (and, in full, another).
 
@@ -151,14 +184,19 @@ def observe(ns: dict, quick: bool = False, out_path: str | None = None) -> dict:
                 json.dump(obs, fh, default=repr)
 
     streams = {"page": stream()} if quick else {"page": stream(),
-                                                 "alt": stream(crash=ALT_CRASH)}
+                                                 "alt": stream(ALT_N, ALT_CRASH)}
+    short = redeliveries()
     for design in DESIGNS:
         for label, jobs in streams.items():
             res = _call(ns, design, list(jobs))
             record(f"{design}:{label}",
                    _summarize(res["value"], jobs) if "value" in res else res)
+        for label in ("short", "again"):     # the same short stream, twice
+            res = _call(ns, design, list(short))
+            record(f"{design}:{label}",
+                   _counts(res["value"], short) if "value" in res else res)
     keys = {}
-    for j in (0, 7, 123, 19_999):
+    for j in KEY_JOBS:
         a, b = _call(ns, "dedup_key", j, 1), _call(ns, "dedup_key", j, 2)
         if "error" in a or "error" in b:
             keys = a if "error" in a else b
@@ -169,14 +207,25 @@ def observe(ns: dict, quick: bool = False, out_path: str | None = None) -> dict:
         firsts = [_call(ns, "dedup_key", j, 1).get("value") for j in (0, 7, 123)]
         keys = {"pairs": keys, "distinct": len({repr(k) for k in firsts}) == 3}
     record("dedup_key", keys)
+    fresh = getattr(ns, "fresh", None)     # the grader's host; not in a kernel
+    if fresh is not None and "pairs" in keys:
+        fresh()
+        got = {str(j): _call(ns, "dedup_key", j, 2) for j in KEY_JOBS}
+        record("dedup_key:fresh", {j: {"a2": repr(r["value"])} if "value" in r
+                                   else r for j, r in got.items()})
     for w in (QUICK_WINDOWS if quick else WINDOWS):
         record(f"window:{w}:2000", _call(ns, "window_escapes", w, 2000, 17))
     if not quick:
         for w in ALT_WINDOWS:
             record(f"window:{w}:{ALT_DELAY}",
                    _call(ns, "window_escapes", w, ALT_DELAY, 17))
+    windows = QUICK_WINDOWS if quick else WINDOWS
+    record(f"window:{windows[0]}:2000:again",
+           _call(ns, "window_escapes", windows[0], 2000, 17))
     for t in (QUICK_LEASES if quick else LEASES):
         record(f"lease:{t}:31", _call(ns, "lease_doubles", t, 20_000, 31))
+    record(f"lease:{LEASES[0]}:31:again", _call(ns, "lease_doubles", LEASES[0],
+                                                20_000, 31))
     if not quick:
         for t in ALT_LEASES:
             record(f"lease:{t}:{ALT_SEED}", _call(ns, "lease_doubles", t, 20_000,
@@ -217,7 +266,7 @@ def _reference() -> dict:
         raise RuntimeError("the c01 block 4 table no longer lists windows "
                            f"{WINDOWS}; found {sorted(windows)}")
     page = c01.stream()
-    alt = c01.stream(crash=ALT_CRASH)
+    alt = c01.stream(ALT_N, ALT_CRASH)
     leases = {(t, 31): c01.lease_doubles(t, seed=31) for t in LEASES}
     leases.update({(t, ALT_SEED): c01.lease_doubles(t, seed=ALT_SEED)
                    for t in ALT_LEASES})
@@ -274,6 +323,9 @@ def _design(check: Check, obs: dict, ref: dict, quick: bool):
         return outcome(check, False, "The doubled jobs must be exactly the ones whose "
                        "worker crashed: the same crash window as ack-before-work.",
                        _ids(crashed), _ids(page["dup"]))
+    short = _short(check, obs)
+    if short is not None:
+        return short
     if quick:
         return outcome(check, True)
     alt = obs.get(f"{name}:alt", {"error": f"{name}() was not run on a second stream"})
@@ -284,12 +336,95 @@ def _design(check: Check, obs: dict, ref: dict, quick: bool):
             "dedup_outside_tx": ([], crashed_alt), "dedup_in_tx": ([], [])}[name]
     if (alt["lost"], alt["dup"]) != want:
         return outcome(check, False,
-                       f"On a second stream ({ALT_CRASH:.0%} crashes) the page's "
-                       "claim does not hold; is the page's number typed in instead "
-                       "of computed from `jobs`? " + hints[name],
+                       f"On a second stream ({ALT_N:,} jobs, {ALT_CRASH:.0%} "
+                       "crashes) the page's claim does not hold; is the page's "
+                       "number typed in instead of computed from `jobs`? "
+                       + hints[name],
                        f"lost {_ids(want[0])}, duplicated {_ids(want[1])}",
                        f"lost {_ids(alt['lost'])}, duplicated {_ids(alt['dup'])}")
     return outcome(check, True)
+
+
+def _short_want(name: str, jobs: list[tuple[int, bool]]) -> dict[str, int]:
+    """The page's claim for each job of the short stream: times applied."""
+    first: dict[str, bool] = {}
+    want: dict[str, int] = {}
+    for j, crashes in jobs:
+        first.setdefault(str(j), crashes)
+        runs = {"ack_before_work": 0 if crashes else 1,
+                "ack_after_work": 2 if crashes else 1}.get(name, 0)
+        want[str(j)] = want.get(str(j), 0) + runs
+    if name == "dedup_outside_tx":     # the crash between effect and key, once
+        want = {j: 2 if crashed else 1 for j, crashed in first.items()}
+    if name == "dedup_in_tx":
+        want = dict.fromkeys(first, 1)
+    return want
+
+
+def _deliveries(j: str, jobs: list[tuple[int, bool]]) -> str:
+    said = ["crashed" if c else "ran" for k, c in jobs if str(k) == j]
+    return ", then ".join(f"delivery {i + 1} {w}" for i, w in enumerate(said))
+
+
+SHORT_HINTS = {
+    "ack_before_work": "Every delivery acks first: one that crashes applies "
+                       "nothing, one that runs applies once, however many came "
+                       "before.",
+    "ack_after_work": "Every delivery applies its effect; one that crashes is "
+                      "redelivered at once and applies it again.",
+    "dedup_outside_tx": "The key the first delivery recorded (after its effect) "
+                        "must refuse every later delivery of the job: look the "
+                        "key up before the effect, whatever `crashes` says.",
+    "dedup_in_tx": "The key committed with the effect must refuse every later "
+                   "delivery of the job: look the key up before the effect; "
+                   "the `crashes` flag alone cannot tell a redelivery.",
+}
+
+
+def _short(check: Check, obs: dict):
+    """The short stream, called twice: None when both calls keep the claim."""
+    name = check.name
+    jobs = redeliveries()
+    first, again = (obs.get(f"{name}:{k}", {"error": f"{name}() was not run on "
+                                            "the short stream"})
+                    for k in ("short", "again"))
+    for res in (first, again):
+        if "error" in res:
+            return outcome(check, False, "On a short stream of new jobs: "
+                           + res["error"])
+    if again["applied"] != first["applied"]:
+        j = next(k for k in first["applied"]
+                 if first["applied"][k] != again["applied"][k])
+        return outcome(check, False,
+                       f"{name}() called a second time in the same process, on "
+                       f"the same {len(jobs)} deliveries (as a long-running "
+                       "worker takes its next batch), after its first call had "
+                       f"applied job {j} {first['applied'][j]} time(s): the "
+                       "first call's state outlived it (a Sink, a key set or a "
+                       "counter kept at module level?). Make them inside the "
+                       "function, so each call starts empty.",
+                       f"second call: job {j} applied {first['applied'][j]} "
+                       "time(s), as in the first",
+                       f"second call: job {j} applied {again['applied'][j]} "
+                       "time(s)")
+    want = _short_want(name, jobs)
+    for j, n in want.items():
+        got = first["applied"].get(j, 0)
+        if got == n:
+            continue
+        seen = _deliveries(j, jobs)
+        step = ("delivered again after its own "
+                + ("crashed" if seen.startswith("delivery 1 crashed")
+                   else "successful") + " delivery" if "delivery 2" in seen
+                else "delivered once")
+        return outcome(check, False,
+                       f"On a short stream of new jobs, job {j} was {step} "
+                       f"({seen}), as a broker redelivers a job whose ack it "
+                       f"never got: {name}() applied it {got} time(s). "
+                       + SHORT_HINTS[name],
+                       f"job {j} applied {n} time(s)",
+                       f"job {j} ({seen}) applied {got} time(s)")
+    return None
 
 
 def _keys(check: Check, obs: dict):
@@ -310,6 +445,23 @@ def _keys(check: Check, obs: dict):
         return outcome(check, False, "Different jobs get the same key, so the dedup "
                        "would drop real work.", "distinct keys for jobs 0, 7, 123",
                        "some are equal")
+    for j, res in obs.get("dedup_key:fresh", {}).items():
+        if "error" in res:
+            return outcome(check, False, "In a fresh worker process: "
+                           + res["error"])
+        if res["a2"] != k["pairs"][j]["a1"]:
+            return outcome(check, False,
+                           f"dedup_key({j}, 2) was computed in a fresh worker "
+                           "process (the redelivery's worker, which never keyed "
+                           f"attempt 1) while the worker of attempt 1 had "
+                           f"computed dedup_key({j}, 1): the keys differ, so the "
+                           "redelivery finds no key. The key depends on "
+                           "something one process kept or drew (a cache, a "
+                           "counter, a uuid, hash() of a string); build it from "
+                           "the job id alone.",
+                           f"dedup_key({j}, 2) == {k['pairs'][j]['a1']}",
+                           f"{res['a2']} (fresh worker) != "
+                           f"{k['pairs'][j]['a1']} (attempt 1's worker)")
     return outcome(check, True)
 
 
@@ -326,7 +478,31 @@ def _rows(obs: dict, cases: list[tuple[str, str, object]],
     return exp, got
 
 
+def _repeated(check: Check, obs: dict, key: str, call: str):
+    """The same call made again at the end, in the same process: None when it
+    returned what the first one did."""
+    first, again = obs.get(key, {}), obs.get(f"{key}:again", {})
+    if "value" not in first or "value" not in again:
+        return None if "error" in first else outcome(
+            check, False, again.get("error", f"{call} was not run again"))
+    if again["value"] == first["value"]:
+        return None
+    return outcome(check, False,
+                   f"{call} called again with the same arguments in the same "
+                   "process, after the other calls, returned another number: "
+                   "state outlived the first call (a random.Random, a set or a "
+                   "list kept at module level?). Make each inside the "
+                   "function, from its arguments.",
+                   f"{first['value']}, as the first call",
+                   f"{again['value']} on the call again")
+
+
 def _windows(check: Check, obs: dict, ref: dict, quick: bool):
+    w0 = (QUICK_WINDOWS if quick else WINDOWS)[0]
+    again = _repeated(check, obs, f"window:{w0}:2000",
+                      f"window_escapes({w0}, 2000, 17)")
+    if again is not None:
+        return again
     rows = _rows(obs, [(f"window:{w}:2000", f"{w}:", ref["windows"][w])
                        for w in (QUICK_WINDOWS if quick else WINDOWS)],
                  "window_escapes() was not run")
@@ -358,6 +534,10 @@ def _windows(check: Check, obs: dict, ref: dict, quick: bool):
 
 
 def _leases(check: Check, obs: dict, ref: dict, quick: bool):
+    again = _repeated(check, obs, f"lease:{LEASES[0]}:31",
+                      f"lease_doubles({LEASES[0]}, 20000, 31)")
+    if again is not None:
+        return again
     cases = [(t, 31) for t in (QUICK_LEASES if quick else LEASES)]
     if not quick:
         cases += [(t, ALT_SEED) for t in ALT_LEASES]
@@ -367,6 +547,15 @@ def _leases(check: Check, obs: dict, ref: dict, quick: bool):
     if isinstance(rows, str):
         return outcome(check, False, rows)
     exp, got = rows
+    page = sum(1 for _, seed in cases if seed == 31)
+    if exp[:page] == got[:page] and exp != got:
+        return outcome(check, False,
+                       f"With seed 31 every number is the page's; with seed "
+                       f"{ALT_SEED} they are not: the durations do not come "
+                       "from the seed passed in (a fixed seed, or an rng made "
+                       "once at module level?). Seed one random.Random with "
+                       "`seed` inside the call.", "; ".join(exp[page:]),
+                       "; ".join(got[page:]))
     if exp != got:
         return outcome(check, False,
                        "Draw each job's duration as the page does (95%: "
@@ -432,7 +621,7 @@ def check_all() -> bool:
 # learner code) calls the functions over the pipe and prints what they returned.
 
 NOTEBOOK_TIMEOUT_S = 300
-CELLS_MODULE = "learner_cells.py"
+MODULE_FILE = "learner_cells.py"     # the cells as a module, or a corpus module
 OBSERVE_TIMEOUT_S = 300
 # Course files the notebook imports on purpose.
 IMPORTS = ("handson/__init__.py", "handson/c01_job_scheduler.py")
@@ -498,6 +687,10 @@ class _Remote(dict):
     def module_functions(self) -> dict:
         return self.module._host.functions
 
+    def fresh(self) -> None:
+        """The next call runs in a new host, as a redelivery's other worker."""
+        self.module._host.close()
+
 
 def observe_remote(cells_path: str, quick: bool) -> dict:
     """The trusted harness: load the cells in a host, observe over the pipe."""
@@ -515,21 +708,21 @@ def observe_remote(cells_path: str, quick: bool) -> dict:
         module.close()
 
 
-def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
+def evaluate_file(path: str, redis_url: str | None = None, quick: bool = False,
+                  shown_path: str = MODULE_FILE) -> Evaluation:
+    """The learner's functions in the module at `path` (the notebook's cells,
+    or a module that defines them), observed by the trusted harness in the
+    sandbox and judged."""
     from autograder.isolation import sandbox
     from autograder.judges import queue_runs
-    from autograder.notebooks import notebook
 
     problems: list[str] = []
     obs: dict = {}
-    src = Path(workdir) / "submission.ipynb"
-    if src.exists():
-        cells = Path(workdir) / CELLS_MODULE
-        cells.write_text(cells_module(notebook.read(src)))
+    if Path(path).exists():
         fin = sandbox.run([sys.executable, "-m", "autograder.judges.delivery_semantics",
-                           str(cells), *(["--quick"] if quick else [])],
+                           str(path), *(["--quick"] if quick else [])],
                           timeout=OBSERVE_TIMEOUT_S,
-                          env=queue_runs.learner_env(str(cells), None, IMPORTS))
+                          env=queue_runs.learner_env(str(path), None, IMPORTS))
         try:
             obs = json.loads(fin.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -537,7 +730,7 @@ def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
                    else f"ended without a report: {fin.tail(300)}")
             problems.append(f"the observation of your functions {why}")
         if "__problem__" in obs:
-            problems.append("the notebook's cells could not be loaded for the "
+            problems.append(f"{shown_path} could not be loaded for the "
                             f"observation: {obs.pop('__problem__')}")
         if fin.leftovers:
             problems.append(f"the observation left {len(fin.leftovers)} "
@@ -550,8 +743,19 @@ def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
     return Evaluation(judge(obs, quick), problems)
 
 
+def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
+    from autograder.notebooks import notebook
+
+    src = Path(workdir) / "submission.ipynb"
+    cells = Path(workdir) / MODULE_FILE
+    if src.exists():
+        cells.write_text(cells_module(notebook.read(src)))
+    return evaluate_file(str(cells), redis_url, quick, "the notebook's cells")
+
+
 def _expected_keys(quick: bool) -> list[str]:
-    keys = [f"{d}:page" for d in DESIGNS] + ["dedup_key"]
+    keys = [f"{d}:{k}" for d in DESIGNS for k in ("page", "short", "again")]
+    keys += ["dedup_key"]
     keys += [f"window:{w}:2000" for w in (QUICK_WINDOWS if quick else WINDOWS)]
     keys += [f"lease:{t}:31" for t in (QUICK_LEASES if quick else LEASES)]
     if not quick:
