@@ -69,7 +69,7 @@ def test_the_corpus_spans_the_assignments():
     found = [item for f in corpus.folders(None) for item in corpus.queues(f)]
     kinds = {name.split("/")[0] if "/" in name else "queues"
              for name, _, _ in found}
-    assert kinds == {"queues", "outbox", "claims"}
+    assert {"queues", "outbox", "claims"} <= kinds
     assert sum(m for _, _, m in found) >= 30
     for kind in ("outbox", "claims"):
         mine = [m for name, _, m in found if name.startswith(kind + "/")]
