@@ -167,18 +167,19 @@ def _interleaved(q, rival) -> dict:
     """claim stopped as each of its round trips (SQL statement, COMMIT) but the
     first starts, while a rival host claims: two jobs pending, the two claims
     must get different jobs. The first schedule that hands one out twice."""
-    def fresh() -> None:
-        q.reset(None)
-        q.enqueue(None, {"doc_id": 1}, "j1")
-        q.enqueue(None, {"doc_id": 2}, "j2")
+    def fresh(k: int) -> None:
+        """Two new jobs: a reset per schedule would cost the server more than
+        the schedule; jobs left pending by earlier ones only add to the race."""
+        q.enqueue(None, {"doc_id": 1}, f"s{k}a")
+        q.enqueue(None, {"doc_id": 2}, f"s{k}b")
 
-    fresh()
+    fresh(0)
     seen: list[int] = []
     q.arm_pause("steps", seen.append)
     q.claim(None, 30.0)
     steps, trail = len(seen) + 1, q.trail("claim")
     for k in range(1, min(steps, MAX_STEPS + 1)):
-        fresh()
+        fresh(k)
         other: dict = {}
 
         def meanwhile(done: int, k=k, other=other) -> None:
@@ -282,32 +283,35 @@ def _finish_interleaved(q, judge, rival) -> dict:
     """finish, its lease run out, stopped as each of its round trips but the
     first starts, while a rival host reaps, claims and finishes the job: the
     job's effect must happen once. The first schedule where it does not."""
-    def expired() -> list | None:
-        q.reset(None)
-        q.enqueue(None, {"doc_id": 1}, "j1")
+    def expired(k: int) -> list | None:
+        """A new job (no reset: see `_interleaved`), claimed, its lease out."""
+        q.enqueue(None, {"doc_id": 1}, f"f{k}")
         job = q.claim(None, EXPIRE_S)
         time.sleep(EXPIRE_S * 1.5)
-        return job
+        return job if job and job[0] == f"f{k}" else None
 
-    job = expired()
+    q.reset(None)
+    job = expired(0)
     if not job:
-        return {"error": "claim returned None with one job pending"}
+        return {"error": "claim did not return f0, the one job pending"}
     seen: list[int] = []
     q.arm_pause("steps", seen.append)
-    q.finish(None, "j1", job[2], 1, 0.5)
+    q.finish(None, job[0], job[2], 1, 0.5)
     steps, trail = len(seen) + 1, q.trail("finish")
     for k in range(1, min(steps, MAX_STEPS + 1)):
-        job = expired()
+        job = expired(k)
+        if not job:
+            return {"error": f"claim did not return f{k}, the one job pending"}
         rival_did: dict = {}
         q.arm_pause("steps", lambda done, k=k, did=rival_did:
                     _rival_takes_over(done, k, did, rival))
-        mine = q.finish(None, "j1", job[2], 1, 0.5)
+        mine = q.finish(None, job[0], job[2], 1, 0.5)
         if "thread" in rival_did:
             rival_did.pop("thread").join(60)
-        effects = _effects(judge, "j1")
+        effects = _effects(judge, job[0])
         if effects != 1:
             return {"steps": steps, "k": k, "effects": effects, "mine": mine,
-                    "rival": rival_did, "attempt": job[2],
+                    "rival": rival_did, "attempt": job[2], "job": job[0],
                     "before": trail[k - 1] if k - 1 < len(trail) else "?",
                     "next": trail[k] if k < len(trail) else "?"}
     return {"steps": steps, "k": None}
@@ -507,7 +511,8 @@ def _refused(c, d: dict):
     if twice.get("k"):
         did = twice["rival"]
         return outcome(
-            c, False, f"finish of j1 (attempt {twice['attempt']}, its lease "
+            c, False, f"finish of {twice['job']} (attempt {twice['attempt']}, "
+            "its lease "
             f"run out) stopped after round trip {twice['k']} of "
             f"{twice['steps']} ({twice['before']}), before {twice['next']}, "
             "while a rival host's reap, claim and finish ran (reap "
@@ -516,7 +521,7 @@ def _refused(c, d: dict):
             f"{twice['mine']!r}: " + ONE_TX + ", the ack's UPDATE first "
             "(fenced on the attempt: it locks the row, so no reap or rival "
             "gets between the fence and the effect)",
-            "the effect once", f"{twice['effects']} effect(s) of j1")
+            "the effect once", f"{twice['effects']} effect(s) of {twice['job']}")
     ok = (d["zombie"] is False and d["scores_after_zombie"] == 0
           and d["owner"] is True and d["scores"] == 1 and d["state"] == "done")
     if not ok:
