@@ -95,7 +95,7 @@ def chaos_args(seed: int = 1) -> list[str]:
     finish starts its last round trip (between an effect committed alone and
     its ack: no quota, a loaded machine reached too few); the effect in the
     ack's transaction, no dedup key."""
-    return ["3", "--docs", "60", "--seed", str(seed), "--kill-every", "0.6",
+    return ["3", "--docs", "40", "--seed", str(seed), "--kill-every", "0.6",
             "--min-kills", "4", "--iters", "2000", "--lease-s", "1.0",
             "--crash-point", "after-commit", "--crash-point", "mid-finish:0.3",
             "--crash-p", "0.1",
@@ -276,7 +276,7 @@ def _effects(judge, job: str) -> int:
         (job, job)).fetchone()[0]
 
 
-EXPIRE_S = 0.2          # the stopped finish's lease, run out before it starts
+EXPIRE_S = 0.02         # the stopped finish's lease, run out before it starts
 
 
 def _finish_interleaved(q, judge, rival) -> dict:
@@ -287,7 +287,7 @@ def _finish_interleaved(q, judge, rival) -> dict:
         """A new job (no reset: see `_interleaved`), claimed, its lease out."""
         q.enqueue(None, {"doc_id": 1}, f"f{k}")
         job = q.claim(None, EXPIRE_S)
-        time.sleep(EXPIRE_S * 1.5)
+        time.sleep(EXPIRE_S * 2)
         return job if job and job[0] == f"f{k}" else None
 
     q.reset(None)
