@@ -34,52 +34,12 @@ ACK_IN_TX = """    c = conn()
     return False
 """
 WRONG = {
-    # a plain row lock: waits behind a rival's, then finds its row taken
-    "claim_without_skip_locked": (
-        [(CLAIM, "ORDER BY queued_at, id LIMIT 1 FOR UPDATE)")],
-        "claim_skips_locked"),
     # the effect commits, then the course's ack, refused for a zombie
     "effect_then_ack": (
         [(ACK_IN_TX, "    c = conn()\n    with c.transaction():\n"
                      "        apply_effect(c, job_id, attempt, doc_id, score)\n"
                      "    return ack(r, job_id, attempt)\n")],
         "finish_refused_no_effect"),
-    # picks the row in one statement (its own transaction), claims it in the next
-    "claim_in_two_statements": (
-        [("""    row = conn().execute(\"\"\"
-        UPDATE pgq_jobs SET state""", """    picked = conn().execute(
-        "SELECT id FROM pgq_jobs WHERE state = 'pending' "
-        "ORDER BY queued_at, id LIMIT 1 FOR UPDATE SKIP LOCKED").fetchone()
-    if picked is None:
-        return None
-    row = conn().execute(\"\"\"
-        UPDATE pgq_jobs SET state"""),
-         ("""         WHERE id = (SELECT id FROM pgq_jobs WHERE state = 'pending'
-                      ORDER BY queued_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-        RETURNING id, payload, attempt\"\"\", (lease_s,))""",
-          """         WHERE id = %s
-        RETURNING id, payload, attempt\"\"\", (lease_s, picked[0]))""")],
-        "claim_skips_locked"),
-    # the lease from the worker's clock, not the server's
-    "lease_from_worker_clock": (
-        [("lease_until = clock_timestamp() + make_interval(secs => %s)",
-          "lease_until = to_timestamp(%s)"),
-         ("RETURNING id, payload, attempt\"\"\", (lease_s,))",
-          "RETURNING id, payload, attempt\"\"\", (time.time() + lease_s,))"),
-         ("import psycopg\n", "import time\n\nimport psycopg\n")],
-        # and its zombie case's short lease never runs out by the server's clock
-        "claim_oldest_with_lease", "finish_refused_no_effect"),
-    # the fence forgets `failed`: the attempt's own fail does not stop its finish
-    "finish_after_own_fail": (
-        [(" AND attempt = %s AND state = 'inflight' AND NOT failed\"",
-          " AND attempt = %s AND state = 'inflight'\"")],
-        "finish_refused_no_effect"),
-    # the ack commits alone, then the effect, which may fail
-    "ack_then_effect": (
-        [(ACK_IN_TX, "    if not ack(r, job_id, attempt):\n        return False\n"
-                     "    apply_effect(conn(), job_id, attempt, doc_id, score)\n"
-                     "    return True\n")],
-        "finish_failed_no_ack"),
 }
 
 
@@ -96,19 +56,33 @@ def effects(r=None):
 """
 
 
-# What the failing check's message must say, where not the fix's keyword.
-SAYS = {"claim_in_two_statements": "meanwhile a rival claim",
-        "lease_from_worker_clock": "worker's clock",
-        "finish_after_own_fail": "own fail"}
-
-
-# Wrong queues a hostile review wrote (tests/corpus/pg): the checks each loses,
-# and whether it takes the chaos run to show it.
-CORPUS = {"fence_in_process_memory": (("finish_refused_no_effect",), False),
-          "two_transactions_replacing_effect": (("chaos_effect_once",), True),
-          "ack_then_effect_dlq_lists_the_lost": (
-              ("finish_failed_no_ack", "chaos_nothing_lost"), True)}
+# The corpus (tests/corpus/pg, graded whole by `python -m autograder corpus`):
+# the staged checks each wrong module loses, what its message must say (the
+# step and the rival), and whether it also gets the chaos run. Every other
+# module is a correct alternative: every staged check passes.
+RIVAL_STEP = "while a rival host's"
+CORPUS = {
+    "ack_then_effect": (("finish_failed_no_ack",), "the job done", True),
+    "claim_keeps_advisory_lock": (("finish_refused_no_effect",),
+                                  "a rival host's claim, on its own connection",
+                                  False),
+    "claim_two_transactions": (("claim_skips_locked",), RIVAL_STEP, False),
+    "claim_waits_for_locks": (("claim_skips_locked",), "held j1's row lock",
+                              False),
+    "effect_then_ack_two_tx": (("finish_refused_no_effect",), RIVAL_STEP, False),
+    "fence_in_process_memory": (("finish_refused_no_effect",), "zombie", False),
+    "finish_checks_then_acts": (("finish_refused_no_effect",), RIVAL_STEP, False),
+    "finish_forgets_failed": (("finish_refused_no_effect",), "own fail", False),
+    "finish_only_a_lease": (("finish_refused_no_effect",), "zombie", False),
+    "finish_twice_accepted": (("finish_refused_no_effect",),
+                              "own successful finish", False),
+    "lease_from_worker_clock": (("claim_oldest_with_lease",
+                                 "finish_refused_no_effect"), "an hour ahead",
+                                False),
+}
 CORPUS_DIR = notebook.REPO / "tests" / "corpus" / "pg"
+ALTERNATIVES = sorted(p.stem for p in CORPUS_DIR.glob("*.py")
+                      if p.stem not in CORPUS and p.name != "correct.py")
 
 
 def module_of(path) -> str:
@@ -163,8 +137,11 @@ def finish(r, job_id, attempt, doc_id, score):
 def _graded(url: str, cluster: str, folder, bug: str | None) -> tuple:
     """The solution (bug None) or the stub with the chaos run, or a wrong or
     hostile version (staged cases only), on a database and role of its own."""
-    if bug in CORPUS:
+    if bug in CORPUS or bug in ALTERNATIVES:
         source = (CORPUS_DIR / f"{bug}.py").read_text()
+        (folder / bug).mkdir(parents=True, exist_ok=True)
+        (folder / bug / "correct.py").write_text(
+            (CORPUS_DIR / "correct.py").read_text())
     else:
         source = {"stub": stub_module(), "hostile": HOSTILE}.get(bug) or \
             solution_module()
@@ -178,7 +155,7 @@ def _graded(url: str, cluster: str, folder, bug: str | None) -> tuple:
     obs = pg_claim_finish.observe(_write(folder / (bug or "solution"), source),
                                   url, db,
                                   chaos=bug in (None, "stub", "two_transactions_lying")
-                                  or CORPUS.get(bug, ((), False))[1])
+                                  or CORPUS.get(bug, ((), "", False))[2])
     return pg_claim_finish.judge(obs), obs, db
 
 
@@ -190,10 +167,10 @@ def graded(tmp_path_factory):
     redis = server.start()
     try:
         with pg_server.throwaway_postgres() as cluster, \
-                ThreadPoolExecutor(3 + len(WRONG)) as pool:
+                ThreadPoolExecutor(8) as pool:
             runs = {bug: pool.submit(_graded, redis.url, cluster, folder, bug)
-                    for bug in (None, "stub", "hostile", "two_transactions_lying",
-                                *WRONG, *CORPUS)}
+                    for bug in (None, "two_transactions_lying", "stub", "hostile",
+                                *WRONG, *CORPUS, *ALTERNATIVES)}
             yield {bug: f.result() for bug, f in runs.items()}
     finally:
         redis.stop()
@@ -236,18 +213,41 @@ def test_a_wrong_version_loses_the_check_that_names_its_bug(graded, bug):
     assert verdict == {name: name not in (loses, *also) for name in STAGED}, \
         [(o.name, o.message, o.got) for o in out]
     lost = next(o for o in out if o.name == loses)
-    assert SAYS.get(bug, "ONE transaction" if "finish" in loses else "SKIP LOCKED") \
-        in lost.message, lost.message
+    assert "ONE transaction" in lost.message, lost.message
 
 
 @pytest.mark.parametrize("bug", list(CORPUS))
-def test_a_hostile_review_s_wrong_queue_loses_what_it_broke(graded, bug):
+def test_a_corpus_wrong_module_loses_the_check_that_names_its_bug(graded, bug):
+    """Exactly the staged checks it broke, the first saying which step and
+    which rival (or which of its own calls) showed it."""
     out, _, _ = graded[bug]
-    loses = CORPUS[bug][0]
+    loses, says, _ = CORPUS[bug]
     failed = {o.name for o in out if not o.ok}
-    assert set(loses) <= failed, [(o.name, o.message[:300]) for o in out]
-    assert failed <= set(loses) | {"chaos_nothing_lost", "chaos_effect_once"}, \
-        failed
+    assert failed & set(STAGED) == set(loses), \
+        [(o.name, o.message[:300]) for o in out]
+    assert failed <= set(loses) | {"chaos_nothing_lost", "chaos_effect_once"}
+    first = next(o for o in out if o.name == loses[0])
+    assert says in f"{first.message} {first.got}", (first.message, first.got)
+
+
+@pytest.mark.parametrize("bug", ALTERNATIVES)
+def test_a_corpus_correct_alternative_passes_every_staged_check(graded, bug):
+    out, _, _ = graded[bug]
+    assert [o.name for o in out if not o.ok] == [], \
+        [(o.name, o.message[:300], o.got) for o in out if not o.ok]
+
+
+def test_the_corpus_correct_module_is_the_solution_s():
+    """tests/corpus/pg/correct.py is what the solution notebook writes."""
+    import ast
+
+    def functions(source: str) -> dict:
+        return {n.name: ast.dump(n) for n in ast.parse(source).body
+                if isinstance(n, ast.FunctionDef)}
+
+    assert functions((CORPUS_DIR / "correct.py").read_text()) == \
+        functions(solution_module())
+    assert {"claim", "finish"} <= functions(solution_module()).keys()
 
 
 def test_the_stub_scores_zero_without_a_chaos_run(graded):

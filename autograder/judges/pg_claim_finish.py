@@ -18,10 +18,16 @@ code logs in as a role that owns one schema and nothing else
   would); a claim stopped as each of its round trips starts (its host counts
   SQL statements and COMMITs) while a rival host claims, which must not get
   the same job; `finish` from an attempt whose lease expired and whose job was
-  claimed again, and from an attempt after its own `fail` (the ack is refused:
-  the effect must not stay; the next reap takes the job back); `finish` whose
-  effect the server refuses (the judge adds a CHECK that fails it: the ack
-  must not stay);
+  claimed again by a rival host (whose claim must get it: nothing of the
+  first host's connection may hold a reaped job), from an attempt after its
+  own `fail` and after its own successful `finish` (the ack is refused: the
+  effect must not stay; the next reap takes a failed job back, leaves a done
+  one); `finish`, its lease run out, stopped as each of its round trips starts
+  while a rival host reaps, claims and finishes the job (the effect once);
+  `finish` whose effect the server refuses (the judge adds a CHECK that fails
+  it: the ack must not stay). Each host keeps one connection for all its
+  calls, as a long-running worker does, so state a module keeps per
+  connection (a session advisory lock, a setting) carries from job to job;
 - a chaos run (`handson.chaos --tx-effect`, no dedup key): workers SIGKILLed at
   random, right after their commit and as `finish` starts its last round trip
   (its host counts the SQL statements and COMMITs); nothing lost, no effect
@@ -60,8 +66,9 @@ CHECKS = [
           "a row locked by another transaction: claim takes the next one at once; "
           "a rival between its statements never gets the same job"),
     Check("finish_refused_no_effect", 2,
-          "a finish whose ack is refused (a zombie, or after its own fail) "
-          "leaves no effect"),
+          "a finish whose ack is refused (a zombie, one stopped while a rival "
+          "takes its job over, or after its own fail or finish) leaves no "
+          "effect"),
     Check("finish_failed_no_ack", 2,
           "a finish whose effect fails leaves the job unacked"),
     Check("chaos_nothing_lost", 2, "kill -9 chaos: every job's effect applied"),
@@ -87,8 +94,10 @@ def chaos_args(seed: int = 1) -> list[str]:
     commit, and on 30% of the finishes a host has made before, a kill as
     finish starts its last round trip (between an effect committed alone and
     its ack: no quota, a loaded machine reached too few); the effect in the
-    ack's transaction, no dedup key."""
-    return ["3", "--docs", "60", "--seed", str(seed), "--kill-every", "0.6",
+    ack's transaction, no dedup key. 30 documents: the quota, not their
+    count, sets the chaos's length (short of it, the run enqueues more), so
+    more would only lengthen the drain."""
+    return ["3", "--docs", "30", "--seed", str(seed), "--kill-every", "0.6",
             "--min-kills", "4", "--iters", "2000", "--lease-s", "1.0",
             "--crash-point", "after-commit", "--crash-point", "mid-finish:0.3",
             "--crash-p", "0.1",
@@ -98,7 +107,7 @@ def chaos_args(seed: int = 1) -> list[str]:
 
 # --- the harness (trusted; runs the learner's functions in confined hosts) --------
 
-READ = ("pgq_jobs", "pgq_scores")
+READ = ("pgq_jobs", "pgq_scores", "pgq_applied")
 
 
 class Judge:
@@ -160,18 +169,19 @@ def _interleaved(q, rival) -> dict:
     """claim stopped as each of its round trips (SQL statement, COMMIT) but the
     first starts, while a rival host claims: two jobs pending, the two claims
     must get different jobs. The first schedule that hands one out twice."""
-    def fresh() -> None:
-        q.reset(None)
-        q.enqueue(None, {"doc_id": 1}, "j1")
-        q.enqueue(None, {"doc_id": 2}, "j2")
+    def fresh(k: int) -> None:
+        """Two new jobs: a reset per schedule would cost the server more than
+        the schedule; jobs left pending by earlier ones only add to the race."""
+        q.enqueue(None, {"doc_id": 1}, f"s{k}a")
+        q.enqueue(None, {"doc_id": 2}, f"s{k}b")
 
-    fresh()
+    fresh(0)
     seen: list[int] = []
     q.arm_pause("steps", seen.append)
     q.claim(None, 30.0)
     steps, trail = len(seen) + 1, q.trail("claim")
     for k in range(1, min(steps, MAX_STEPS + 1)):
-        fresh()
+        fresh(k)
         other: dict = {}
 
         def meanwhile(done: int, k=k, other=other) -> None:
@@ -211,6 +221,8 @@ def _zombie(q, judge, rival) -> dict:
     time.sleep(0.6)
     q.reap(None)
     new = rival.claim(None, 30.0)       # another worker: what a process remembers
+    if old and not new:                 # something of the host's connection
+        return {"kept": list(old)}      # still holds the reaped job
     if not old or not new:              # of its own claims fences nothing
         return {"error": f"claims returned {old!r} then {new!r} for one job"}
     zombie = q.finish(None, "j1", old[2], 1, 0.5)
@@ -218,7 +230,9 @@ def _zombie(q, judge, rival) -> dict:
     owner = rival.finish(None, "j1", new[2], 1, 0.5)
     return {"zombie": zombie, "scores_after_zombie": after, "owner": owner,
             "scores": _scores(judge, "j1"), "state": _state(judge, "j1"),
-            "after_fail": _after_own_fail(q, judge)}
+            "after_fail": _after_own_fail(q, judge),
+            "after_success": _after_own_success(q, judge),
+            "interleaved": _finish_interleaved(q, judge, rival)}
 
 
 def _after_own_fail(q, judge) -> dict:
@@ -236,6 +250,92 @@ def _after_own_fail(q, judge) -> dict:
     nxt = q.claim(None, 30.0)
     return {"attempt": job[2], "fail": failed, "finish": again, "scores": scores,
             "state_after_reap": state, "next": list(nxt) if nxt else None}
+
+
+def _after_own_success(q, judge) -> dict:
+    """The same attempt's finish after its own finish: refused, no second
+    effect; the next reap leaves the job done, the next claim finds nothing."""
+    q.enqueue(None, {"doc_id": 3}, "j3")
+    job = q.claim(None, 30.0)
+    if not job or job[0] != "j3":
+        return {"error": f"claim returned {job!r} with only j3 pending"}
+    first = q.finish(None, "j3", job[2], 3, 0.5)
+    again = q.finish(None, "j3", job[2], 3, 0.5)
+    scores = _effects(judge, "j3")
+    q.reap(None)
+    nxt = q.claim(None, 30.0)
+    return {"first": first, "again": again, "effects": scores,
+            "state_after_reap": _state(judge, "j3"),
+            "next": list(nxt) if nxt else None}
+
+
+def _effects(judge, job: str) -> int:
+    """The job's effects, the most any record shows (as `pgq.ledger` counts):
+    a score deleted afterwards still happened."""
+    return judge.execute(
+        "SELECT greatest((SELECT count(*) FROM {pgq_scores} WHERE job_id = %s),"
+        " (SELECT count(*) FROM {pgq_applied} WHERE job_id = %s))",
+        (job, job)).fetchone()[0]
+
+
+EXPIRE_S = 0.02         # the stopped finish's lease, run out before it starts
+
+
+def _finish_interleaved(q, judge, rival) -> dict:
+    """finish, its lease run out, stopped as each of its round trips but the
+    first starts, while a rival host reaps, claims and finishes the job: the
+    job's effect must happen once. The first schedule where it does not."""
+    def expired(k: int) -> list | None:
+        """A new job (no reset: see `_interleaved`), claimed, its lease out."""
+        q.enqueue(None, {"doc_id": 1}, f"f{k}")
+        job = q.claim(None, EXPIRE_S)
+        time.sleep(EXPIRE_S * 2)
+        return job if job and job[0] == f"f{k}" else None
+
+    q.reset(None)
+    job = expired(0)
+    if not job:
+        return {"error": "claim did not return f0, the one job pending"}
+    seen: list[int] = []
+    q.arm_pause("steps", seen.append)
+    q.finish(None, job[0], job[2], 1, 0.5)
+    steps, trail = len(seen) + 1, q.trail("finish")
+    for k in range(1, min(steps, MAX_STEPS + 1)):
+        job = expired(k)
+        if not job:
+            return {"error": f"claim did not return f{k}, the one job pending"}
+        rival_did: dict = {}
+        q.arm_pause("steps", lambda done, k=k, did=rival_did:
+                    _rival_takes_over(done, k, did, rival))
+        mine = q.finish(None, job[0], job[2], 1, 0.5)
+        if "thread" in rival_did:
+            rival_did.pop("thread").join(60)
+        effects = _effects(judge, job[0])
+        if effects != 1:
+            return {"steps": steps, "k": k, "effects": effects, "mine": mine,
+                    "rival": rival_did, "attempt": job[2], "job": job[0],
+                    "before": trail[k - 1] if k - 1 < len(trail) else "?",
+                    "next": trail[k] if k < len(trail) else "?"}
+    return {"steps": steps, "k": None}
+
+
+def _rival_takes_over(done: int, k: int, did: dict, rival) -> None:
+    """At step k: a rival host's reap, claim and (if it got the job) finish,
+    as another worker would; waited for up to BLOCKED_S (it may be blocked
+    behind the stopped finish's locks, which is right)."""
+    if done != k or did:
+        return
+
+    def run() -> None:
+        did["reap"] = list(rival.reap(None))
+        got = rival.claim(None, 30.0)
+        did["claim"] = list(got) if got else None
+        if got:
+            did["finish"] = rival.finish(None, got[0], got[2], 1, 0.5)
+    t = threading.Thread(target=run, daemon=True)
+    did["thread"] = t
+    t.start()
+    t.join(BLOCKED_S)
 
 
 def _effect_fails(q, judge, rival) -> dict:
@@ -347,8 +447,9 @@ def _staged(obs: dict, by: dict) -> list:
             c, ok, "claim the oldest pending row (ORDER BY queued_at, id), bump "
             "its attempt, set lease_until = clock_timestamp() + the lease, and "
             "return (id, payload, attempt); None when nothing is pending. The "
-            "grader runs your code an hour ahead of the server: a lease from the "
-            "worker's clock (time.time()) is an hour off",
+            "grader runs your claim on a host whose clock is an hour ahead of "
+            "the server's: a lease from the worker's clock (time.time()) is an "
+            "hour off",
             "j1, j2, j3 at attempt 1, then None; j1's lease about 30 s",
             f"{d['claims']}; j1's lease {d['lease_left_s']} s"))
     d, err = _case(obs, "claim_skips_locked")
@@ -359,9 +460,10 @@ def _staged(obs: dict, by: dict) -> list:
     elif twice.get("k"):
         out.append(outcome(
             c, False, f"claim stopped after round trip {twice['k']} of "
-            f"{twice['steps']} ({twice['before']}), before {twice['next']}; "
-            "meanwhile a rival claim from another connection ran; then both "
-            f"claims returned {twice['job']} (attempts {twice['attempts']}): pick "
+            f"{twice['steps']} ({twice['before']}), before {twice['next']}, "
+            "while a rival host's claim ran (another worker, its own "
+            f"connection): both claims returned {twice['job']} (attempts "
+            f"{twice['attempts']}): pick "
             "and claim the row in ONE statement (UPDATE ... WHERE id = (SELECT "
             "... FOR UPDATE SKIP LOCKED) RETURNING ...), so no rival gets "
             "between them",
@@ -369,46 +471,17 @@ def _staged(obs: dict, by: dict) -> list:
     else:
         out.append(outcome(
             c, not d["blocked"] and d["got"] == "j2",
-            "select the row to claim with FOR UPDATE SKIP LOCKED: a claimer must "
-            "never wait behind (or give up because of) a row another transaction "
+            "a claim run while another transaction held j1's row lock (the "
+            "judge's, as a rival claimer stopped mid-claim would): select the "
+            "row to claim with FOR UPDATE SKIP LOCKED: a claimer must never "
+            "wait behind (or give up because of) a row another transaction "
             "holds",
             "j2 at once (j1 locked by another transaction)",
             (f"still waiting after {BLOCKED_S:g} s, then {d['got']!r}")
             if d["blocked"] else f"{d['got']!r} after {d['waited_s']} s"))
     d, err = _case(obs, "finish_refused_no_effect")
     c = by["finish_refused_no_effect"]
-    if d is None:
-        out.append(outcome(c, False, err))
-    else:
-        failed = d.get("after_fail", {})
-        fail_ok = (failed.get("finish") is False and failed.get("scores") == 0
-                   and failed.get("state_after_reap") == "pending"
-                   and (failed.get("next") or [None, None, 0])[2]
-                   == failed.get("attempt", -1) + 1)
-        zombie_ok = (d["zombie"] is False and d["scores_after_zombie"] == 0
-                     and d["owner"] is True and d["scores"] == 1
-                     and d["state"] == "done")
-        if zombie_ok and not fail_ok:
-            out.append(outcome(
-                c, False, "finish after the same attempt's own fail must be "
-                "refused with no effect: fence on the attempt, still in flight "
-                "AND not failed (the course's `_MINE`), in the one transaction; "
-                "then the next reap takes the job back for a new attempt",
-                "finish False, 0 scores; after reap pending; next claim attempt "
-                f"{failed.get('attempt', '?')}+1",
-                failed.get("error") or
-                f"fail {failed.get('fail')!r}, then finish {failed.get('finish')!r}"
-                f" with {failed.get('scores')} score(s); after reap "
-                f"{failed.get('state_after_reap')}; next claim {failed.get('next')}"))
-        else:
-            out.append(outcome(
-                c, zombie_ok,
-                ONE_TX + ": the expired attempt's ack is refused, so its effect "
-                "must roll back with it",
-                "zombie's finish False with 0 scores; the owner's True, 1 score",
-                f"zombie's finish {d['zombie']!r} with {d['scores_after_zombie']} "
-                f"score(s); the owner's {d['owner']!r}, {d['scores']} score(s), "
-                f"job {d['state']}"))
+    out.append(outcome(c, False, err) if d is None else _refused(c, d))
     d, err = _case(obs, "finish_failed_no_ack")
     c = by["finish_failed_no_ack"]
     if d is None:
@@ -421,6 +494,78 @@ def _staged(obs: dict, by: dict) -> list:
             "the job still in flight (its lease will bring it back)",
             f"finish {d['returned']}, the job {d['state']}"))
     return out
+
+
+def _refused(c, d: dict):
+    """finish_refused_no_effect: the first of its schedules that went wrong."""
+    if "kept" in d:
+        return outcome(
+            c, False, "host A's claim of j1 (attempt "
+            f"{d['kept'][2]}) ran out and the reap made j1 pending again; then "
+            "a rival host's claim, on its own connection, got nothing: your "
+            "claim left something on host A's connection (a session advisory "
+            "lock, a setting) that still holds the job. A worker keeps its "
+            "connection for many jobs: take only row locks, which end with "
+            "the claim's transaction (FOR UPDATE SKIP LOCKED)",
+            "the rival's claim gets j1 at attempt 2",
+            "the rival host's claim returned None with j1 pending")
+    twice = d.get("interleaved", {})
+    if twice.get("k"):
+        did = twice["rival"]
+        return outcome(
+            c, False, f"finish of {twice['job']} (attempt {twice['attempt']}, "
+            "its lease "
+            f"run out) stopped after round trip {twice['k']} of "
+            f"{twice['steps']} ({twice['before']}), before {twice['next']}, "
+            "while a rival host's reap, claim and finish ran (reap "
+            f"{did.get('reap')}, claim {did.get('claim')}, finish "
+            f"{did.get('finish')}); then the stopped finish returned "
+            f"{twice['mine']!r}: " + ONE_TX + ", the ack's UPDATE first "
+            "(fenced on the attempt: it locks the row, so no reap or rival "
+            "gets between the fence and the effect)",
+            "the effect once", f"{twice['effects']} effect(s) of {twice['job']}")
+    ok = (d["zombie"] is False and d["scores_after_zombie"] == 0
+          and d["owner"] is True and d["scores"] == 1 and d["state"] == "done")
+    if not ok:
+        return outcome(
+            c, False, ONE_TX + ": the expired attempt's ack is refused, so its "
+            "effect must roll back with it",
+            "zombie's finish False with 0 scores; the owner's True, 1 score",
+            f"zombie's finish {d['zombie']!r} with {d['scores_after_zombie']} "
+            f"score(s); the owner's {d['owner']!r}, {d['scores']} score(s), "
+            f"job {d['state']}")
+    failed = d.get("after_fail", {})
+    if not (failed.get("finish") is False and failed.get("scores") == 0
+            and failed.get("state_after_reap") == "pending"
+            and (failed.get("next") or [None, None, 0])[2]
+            == failed.get("attempt", -1) + 1):
+        return outcome(
+            c, False, "finish after the same attempt's own fail must be "
+            "refused with no effect: fence on the attempt, still in flight "
+            "AND not failed (the course's `_MINE`), in the one transaction; "
+            "then the next reap takes the job back for a new attempt",
+            "finish False, 0 scores; after reap pending; next claim attempt "
+            f"{failed.get('attempt', '?')}+1",
+            failed.get("error") or
+            f"fail {failed.get('fail')!r}, then finish {failed.get('finish')!r}"
+            f" with {failed.get('scores')} score(s); after reap "
+            f"{failed.get('state_after_reap')}; next claim {failed.get('next')}")
+    done = d.get("after_success", {})
+    return outcome(
+        c, (done.get("first") is True and done.get("again") is False
+            and done.get("effects") == 1
+            and done.get("state_after_reap") == "done"
+            and done.get("next") is None),
+        "finish called again by the same attempt after its own successful "
+        "finish must be refused with no second effect: fence on the job "
+        "still in flight (state = 'inflight'), not only on the attempt; the "
+        "next reap must leave the done job alone",
+        "first finish True, the second False; 1 effect; done after reap; "
+        "no next claim",
+        done.get("error") or
+        f"finish {done.get('first')!r}, then again {done.get('again')!r} with "
+        f"{done.get('effects')} effect(s); after reap "
+        f"{done.get('state_after_reap')}; next claim {done.get('next')}")
 
 
 def _chaos(rep: dict | None, by: dict) -> list:

@@ -1,37 +1,25 @@
-"""A wrong queue from a hostile review: finish trusts a dict of this process's
-own claims, not the row's attempt (caught when another worker holds the job)."""
+"""Broken on purpose: finish trusts a dict of this process's own claims, not
+the row's attempt (wrong when another worker holds the job)."""
 
-import psycopg
+import sys
+from pathlib import Path
 
-from handson.queues import pgq
-from handson.queues.pgq import (  # noqa: F401 - the rest of the course's queue
-    STATE_OUTSIDE_REDIS,
-    ack,
-    apply_effect,
-    conn,
-    dead,
-    effects,
-    enqueue,
-    extend,
-    fail,
-    reap,
-    redrive,
-    reset,
-    stats,
-)
+sys.path.insert(0, str(Path(__file__).parent))
+from correct import *  # the solution; below, what changes
 
 _mine = {}
+_claim = claim
 
 
 def claim(r, lease_s):
-    got = pgq.claim(r, lease_s)
+    got = _claim(r, lease_s)
     if got is not None:
         _mine[got[0]] = got[2]
     return got
 
 
 def finish(r, job_id, attempt, doc_id, score):
-    """the fence kept in this process: my last claim of the job"""
+    # BUG: the fence kept in this process: my last claim of the job
     if _mine.get(job_id) != attempt:
         return False
     c = conn()

@@ -1,27 +1,18 @@
-"""A wrong queue from a hostile review: the ack, then the effect; dead() lists
-every done job without a score (caught: an acked job is never earned dead)."""
+"""Broken on purpose: the ack commits alone, then the effect in a transaction
+of its own; dead() lists every done job without a score as if it were lost."""
 
-from handson.queues.pgq import (  # noqa: F401 - the rest of the course's queue
-    STATE_OUTSIDE_REDIS,
-    ack,
-    apply_effect,
-    claim,
-    conn,
-    effects,
-    enqueue,
-    extend,
-    fail,
-    reap,
-    redrive,
-    reset,
-    stats,
-)
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from correct import *  # the solution; below, what changes
 
 
 def finish(r, job_id, attempt, doc_id, score):
-    c = conn()
+    # BUG: once the ack commits, an effect that fails (or a kill) loses the job
     if not ack(r, job_id, attempt):
         return False
+    c = conn()
     with c.transaction():
         apply_effect(c, job_id, attempt, doc_id, score)
     return True

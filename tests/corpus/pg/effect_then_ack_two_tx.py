@@ -1,28 +1,16 @@
-"""A wrong queue from a hostile review: the effect, then the ack, in two
-transactions; the effect deletes an earlier score of the job, and a refused
-ack takes its own back (caught: the effect's other records still count)."""
+"""Broken on purpose: the effect, then the ack, in two transactions; the
+effect replaces an earlier score of the job, and a refused ack takes its own
+back (the effect's other records still count)."""
 
-from handson.queues.pgq import (  # noqa: F401 - the rest of the course's queue
-    STATE_OUTSIDE_REDIS,
-    ack,
-    apply_effect,
-    claim,
-    conn,
-    dead,
-    effects,
-    enqueue,
-    extend,
-    fail,
-    reap,
-    redrive,
-    reset,
-    stats,
-)
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from correct import *  # the solution; below, what changes
 
 
 def finish(r, job_id, attempt, doc_id, score):
-    """effect, then ack, in two transactions; the effect replaces an earlier
-    score of the job, and a refused ack takes its effect back"""
+    # BUG: killed between the two commits, the job runs again: a second effect
     c = conn()
     with c.transaction():
         c.execute("DELETE FROM pgq_scores WHERE job_id = %s", (job_id,))
