@@ -56,33 +56,10 @@ def effects(r=None):
 """
 
 
-# The corpus (tests/corpus/pg, graded whole by `python -m autograder corpus`):
-# the staged checks each wrong module loses, what its message must say (the
-# step and the rival), and whether it also gets the chaos run. Every other
-# module is a correct alternative: every staged check passes.
-RIVAL_STEP = "while a rival host's"
-CORPUS = {
-    "ack_then_effect": (("finish_failed_no_ack",), "the job done", True),
-    "claim_keeps_advisory_lock": (("finish_refused_no_effect",),
-                                  "a rival host's claim, on its own connection",
-                                  False),
-    "claim_two_transactions": (("claim_skips_locked",), RIVAL_STEP, False),
-    "claim_waits_for_locks": (("claim_skips_locked",), "held j1's row lock",
-                              False),
-    "effect_then_ack_two_tx": (("finish_refused_no_effect",), RIVAL_STEP, False),
-    "fence_in_process_memory": (("finish_refused_no_effect",), "zombie", False),
-    "finish_checks_then_acts": (("finish_refused_no_effect",), RIVAL_STEP, False),
-    "finish_forgets_failed": (("finish_refused_no_effect",), "own fail", False),
-    "finish_only_a_lease": (("finish_refused_no_effect",), "zombie", False),
-    "finish_twice_accepted": (("finish_refused_no_effect",),
-                              "own successful finish", False),
-    "lease_from_worker_clock": (("claim_oldest_with_lease",
-                                 "finish_refused_no_effect"), "an hour ahead",
-                                False),
-}
+# The corpus's wrong and correct modules are graded by `python -m autograder
+# corpus` (tests/test_corpus_command.py), each caught by the check that says
+# which step and which rival showed its bug.
 CORPUS_DIR = notebook.REPO / "tests" / "corpus" / "pg"
-ALTERNATIVES = sorted(p.stem for p in CORPUS_DIR.glob("*.py")
-                      if p.stem not in CORPUS and p.name != "correct.py")
 
 
 def module_of(path) -> str:
@@ -137,14 +114,8 @@ def finish(r, job_id, attempt, doc_id, score):
 def _graded(url: str, cluster: str, folder, bug: str | None) -> tuple:
     """The solution (bug None) or the stub with the chaos run, or a wrong or
     hostile version (staged cases only), on a database and role of its own."""
-    if bug in CORPUS or bug in ALTERNATIVES:
-        source = (CORPUS_DIR / f"{bug}.py").read_text()
-        (folder / bug).mkdir(parents=True, exist_ok=True)
-        (folder / bug / "correct.py").write_text(
-            (CORPUS_DIR / "correct.py").read_text())
-    else:
-        source = {"stub": stub_module(), "hostile": HOSTILE}.get(bug) or \
-            solution_module()
+    source = {"stub": stub_module(), "hostile": HOSTILE}.get(bug) or \
+        solution_module()
     wrong = "effect_then_ack" if bug == "two_transactions_lying" else bug
     for old, new in WRONG[wrong][0] if wrong in WRONG else ():
         assert old in source, f"the solution changed: {old!r} is not in it"
@@ -154,8 +125,7 @@ def _graded(url: str, cluster: str, folder, bug: str | None) -> tuple:
     db = pg_run.create(cluster)
     obs = pg_claim_finish.observe(_write(folder / (bug or "solution"), source),
                                   url, db,
-                                  chaos=bug in (None, "stub", "two_transactions_lying")
-                                  or CORPUS.get(bug, ((), "", False))[2])
+                                  chaos=bug in (None, "stub", "two_transactions_lying"))
     return pg_claim_finish.judge(obs), obs, db
 
 
@@ -170,7 +140,7 @@ def graded(tmp_path_factory):
                 ThreadPoolExecutor(8) as pool:
             runs = {bug: pool.submit(_graded, redis.url, cluster, folder, bug)
                     for bug in (None, "two_transactions_lying", "stub", "hostile",
-                                *WRONG, *CORPUS, *ALTERNATIVES)}
+                                *WRONG)}
             yield {bug: f.result() for bug, f in runs.items()}
     finally:
         redis.stop()
@@ -214,27 +184,6 @@ def test_a_wrong_version_loses_the_check_that_names_its_bug(graded, bug):
         [(o.name, o.message, o.got) for o in out]
     lost = next(o for o in out if o.name == loses)
     assert "ONE transaction" in lost.message, lost.message
-
-
-@pytest.mark.parametrize("bug", list(CORPUS))
-def test_a_corpus_wrong_module_loses_the_check_that_names_its_bug(graded, bug):
-    """Exactly the staged checks it broke, the first saying which step and
-    which rival (or which of its own calls) showed it."""
-    out, _, _ = graded[bug]
-    loses, says, _ = CORPUS[bug]
-    failed = {o.name for o in out if not o.ok}
-    assert failed & set(STAGED) == set(loses), \
-        [(o.name, o.message[:300]) for o in out]
-    assert failed <= set(loses) | {"chaos_nothing_lost", "chaos_effect_once"}
-    first = next(o for o in out if o.name == loses[0])
-    assert says in f"{first.message} {first.got}", (first.message, first.got)
-
-
-@pytest.mark.parametrize("bug", ALTERNATIVES)
-def test_a_corpus_correct_alternative_passes_every_staged_check(graded, bug):
-    out, _, _ = graded[bug]
-    assert [o.name for o in out if not o.ok] == [], \
-        [(o.name, o.message[:300], o.got) for o in out if not o.ok]
 
 
 def test_the_corpus_correct_module_is_the_solution_s():
