@@ -34,6 +34,8 @@ CAUGHT_BY = {
     "extend_worker_clock": "deadline_from_server_clock",
     "extend_whole_seconds": "heartbeat_keeps_lease",
     "fail_no_fence": "zombie_fail_refused",
+    "ack_after_own_fail": "zombie_ack_refused",
+    "extend_after_own_fail": "zombie_extend_refused",
     "dead_without_reason": "poison_to_dlq_with_reason",
     "attempts_second_trip": "killed_between_replies",
     "claim_two_trips": "killed_between_replies",
@@ -69,11 +71,17 @@ def test_the_corpus_spans_the_assignments():
     found = [item for f in corpus.folders(None) for item in corpus.queues(f)]
     kinds = {name.split("/")[0] if "/" in name else "queues"
              for name, _, _ in found}
-    assert kinds == {"queues", "outbox", "claims"}
+    assert {"queues", "outbox", "claims"} <= kinds
     assert sum(m for _, _, m in found) >= 30
     for kind in ("outbox", "claims"):
         mine = [m for name, _, m in found if name.startswith(kind + "/")]
         assert mine.count(True) >= 4 and mine.count(False) >= 2, (kind, mine)
+
+
+def test_the_heartbeats_corpus_has_its_kinds():
+    """At least 8 wrong heartbeat modules and 3 correct alternatives."""
+    mine = [m for _, _, m in corpus.queues(corpus.ROOT / "heartbeats")]
+    assert mine.count(True) >= 8 and mine.count(False) >= 4, mine
 
 
 def _top_level(path) -> dict[str, str]:
