@@ -23,6 +23,12 @@ Three trials, each judged from the events the worker processes log:
 - stops: run_with_heartbeat against a queue whose extend starts answering
   False must stop the work and return False within a few heartbeats, and
   leave no thread running.
+- cadence: run_with_heartbeat on a 0.6 s lease and 2.4 s of work, against a
+  queue whose extend says yes and notes when each call came: the gaps between
+  the learner's own beats, less the longest any one thread of ours or of the
+  learner's host waited for a CPU in that gap (the machine's doing), must be at
+  most half a lease (the notebook's lease_s / 3, so two beats can be lost);
+  no gap may reach a whole lease.
 - final_check: the lease is lost just as the work returns (a worker frozen
   after its last heartbeat): run_with_heartbeat must ask once more and return
   False, as the notebook says ("True only if ... the lease is still yours").
@@ -47,7 +53,7 @@ from pathlib import Path
 from autograder.isolation import confine
 from handson.faults.server_clock import ServerClock
 from handson.infra import learner_host, remote_module
-from handson.infra.schedstat import Waits
+from handson.infra.schedstat import ThreadWaits, Waits
 from handson.queues.contract import load_queue
 from handson.redis_server import connect
 
@@ -61,6 +67,8 @@ LONG_JOBS = 4
 FREEZE_S = 1.0                    # five leases
 FROZEN_WORK_S = 2.0               # still working when it wakes up
 FINAL_RUNS = 3
+CADENCE_WORK_S = 4 * LONG_LEASE_S   # a beat once a lease still leaves three gaps
+CADENCE_RUNS = 3                    # a run a correct beat fails is run again
 TICK_S = 0.01                     # one step of the stand-in work
 # The CPU a run's learner processes may use, on average over a long_jobs run,
 # and still have the machine's load excuse a lost lease: two correct hosts
@@ -129,15 +137,29 @@ class Work:
     def __init__(self, seconds: float):
         self.left = max(1, round(seconds / TICK_S))
         self.stopped_at: float | None = None
+        self.ended_at: float | None = None
 
     def step(self, stopped: bool) -> bool:
         if stopped:
             self.stopped_at = self.stopped_at or time.monotonic()
             return False
         if self.left <= 0:
+            self.ended_at = self.ended_at or time.monotonic()
             return False
         time.sleep(TICK_S)
         self.left -= 1
+        return True
+
+
+class Granting:
+    """A queue whose extend always says yes and notes when each call came:
+    the learner's cadence, timed here, where no learner code runs."""
+
+    def __init__(self):
+        self.times: list[float] = []
+
+    def extend(self) -> bool:
+        self.times.append(time.monotonic())
         return True
 
 
@@ -465,6 +487,73 @@ def _stops(q, r) -> dict:
             "threads_left": _threads(q) - before, "error": error}
 
 
+def cadence(module: str, url: str) -> dict:
+    """The learner's beats timed, up to CADENCE_RUNS times while a run is off
+    the rule (a correct beat off it only on a machine that held it): the last
+    run is judged."""
+    q, r = load_queue(module), connect(url)
+    for run in range(1, CADENCE_RUNS + 1):
+        got = _cadence_once(q, r)
+        got.update(run=run, runs=CADENCE_RUNS)
+        if got["error"] or not cadence_problem(got):
+            break
+    return got
+
+
+def _late(q, times: list[float], returned: float) -> int:
+    """Beats after run_with_heartbeat returned: over the pipe, refused there."""
+    if isinstance(q, remote_module.RemoteModule):
+        return q.late_callbacks()
+    return sum(t > returned for t in times)
+
+
+def _cadence_once(q, r) -> dict:
+    before, late_before = _threads(q), _late(q, [], 0.0)
+    queue, work = Granting(), Work(CADENCE_WORK_S)
+    with ThreadWaits() as waits:
+        start = time.monotonic()
+        held, error = _heartbeat(q, r, "job-c", 1, queue, work, LONG_LEASE_S)
+        end = work.ended_at or work.stopped_at or time.monotonic()
+        returned = time.monotonic()
+        beats = [t for t in queue.times if t <= end]
+        marks = [start, *beats, end]
+        # (gap, gap less the longest one thread waited for a CPU in it)
+        gaps = [(round(b - a, 3), round(b - a - waits.between(a, b), 3))
+                for a, b in zip(marks, marks[1:], strict=False)]
+    time.sleep(LONG_LEASE_S)        # time for a beat left running to show
+    return {"gaps": gaps[:-1], "tail": gaps[-1], "beats": len(beats),
+            "after_return": _late(q, queue.times, returned) - late_before,
+            "threads_left": _threads(q) - before,
+            "lease": LONG_LEASE_S, "work": CADENCE_WORK_S, "held": held,
+            "error": error}
+
+
+def cadence_problem(run: dict) -> str:
+    """What is wrong with the beats' cadence ('' if nothing). Whole gaps (from
+    the call or a beat to the next beat) are judged by their median, so one beat
+    held now and then is no fault; the gap before the work ended, too, must
+    stay under a lease."""
+    lease, gaps = run["lease"], run["gaps"]
+    if not gaps:
+        return (f"extend was never called in {run['work']:g} s of work on a "
+                f"{lease:g} s lease")
+    own = sorted(g[1] for g in gaps)
+    median = own[len(own) // 2] if len(own) % 2 else (
+        own[len(own) // 2 - 1] + own[len(own) // 2]) / 2
+    if median > lease / 2:
+        return (f"the beats came {median:.2f} s apart (median of {len(own)} "
+                f"gaps), past half the {lease:g} s lease")
+    longest = max(g[1] for g in [*gaps, run["tail"]])
+    if longest >= lease:
+        return f"no beat for {longest:.2f} s, a whole {lease:g} s lease"
+    if run["after_return"] or run["threads_left"] > 0:
+        return (f"{run['lease']:g} s after run_with_heartbeat returned, "
+                f"{run['threads_left']} more thread(s) ran and extend had been "
+                f"called {run['after_return']} more time(s): the heartbeat "
+                "outlived its job (end it and join it before returning)")
+    return ""
+
+
 def final_check(module: str, url: str) -> dict:
     """The lease lost as the work ends, FINAL_RUNS times: a module that does not
     check once more says True in each (a heartbeat landing just as the work
@@ -487,6 +576,7 @@ def trial(module: str, url: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="eo-hb-") as tmp:
         for name, fn in (("stops", lambda: stops(module, url)),
                          ("final_check", lambda: final_check(module, url)),
+                         ("cadence", lambda: cadence(module, url)),
                          ("long_jobs", lambda: _long_jobs_until_a_fair_run(
                              lambda: long_jobs(module, url, Path(tmp)))),
                          ("frozen", lambda: _frozen_until_a_fair_run(

@@ -117,3 +117,52 @@ class Waits:
         i = max(0, bisect_right(times, a) - 1)
         j = min(len(times) - 1, bisect_left(times, b))
         return min(b - a, max(0.0, waited[j] - waited[i]))
+
+
+def thread_waits(pid: int) -> dict[int, int]:
+    """Nanoseconds each thread of `pid` has waited for a CPU so far, by tid."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue                    # a thread that just exited
+    return out
+
+
+class ThreadWaits(Waits):
+    """Like Waits, but `between(a, b)` is the most any ONE thread waited.
+
+    The excuse for one thread held (a heartbeat's): summed over threads, the
+    waiting grows with every thread's wake-ups on a busy machine, and would
+    excuse a beat that was never due.
+    """
+
+    def __init__(self, tick: float = 0.05, rescan: int = 10):
+        super().__init__(tick, rescan)
+        self.snaps: list[dict] = []
+
+    def _sample(self, pids: list[int]) -> None:
+        snap = {}
+        for pid in pids:
+            snap.update({(pid, tid): ns for tid, ns in thread_waits(pid).items()})
+        self.snaps.append(snap)
+        self.times.append(time.monotonic())
+
+    def between(self, a: float, b: float) -> float:
+        if not self.times or self.times[-1] < b:
+            self._sample(self.pids)
+        n = min(len(self.times), len(self.snaps))
+        times, snaps = self.times[:n], self.snaps[:n]
+        if not n or b <= a:
+            return 0.0
+        i = max(0, bisect_right(times, a) - 1)
+        j = min(n - 1, bisect_left(times, b))
+        most = max((ns - snaps[i].get(key, 0) for key, ns in snaps[j].items()),
+                   default=0)
+        return min(b - a, max(0.0, most / 1e9))
