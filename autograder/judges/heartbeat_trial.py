@@ -10,7 +10,7 @@ Runs under the sandbox's supervisor:
 
     python -m autograder.judges.heartbeat_trial heartbeat.py REDIS_URL --json
 
-Three trials, each judged from the events the worker processes log:
+The trials, each judged from what the judge's side of it saw:
 
 - long_jobs: jobs of 3 s on a lease of 0.6 s, two workers, a reaper every
   50 ms: with the heartbeat no job is reaped, none is claimed twice, each
@@ -23,7 +23,7 @@ Three trials, each judged from the events the worker processes log:
 - stops: run_with_heartbeat against a queue whose extend starts answering
   False must stop the work and return False within a few heartbeats, and
   leave no thread running.
-- cadence: run_with_heartbeat on a 0.6 s lease and 2.4 s of work, against a
+- cadence: run_with_heartbeat on a 0.6 s lease and 1.8 s of work, against a
   queue whose extend says yes and notes when each call came: the gaps between
   the learner's own beats, less the longest any one thread of ours or of the
   learner's host waited for a CPU in that gap (the machine's doing), must be at
@@ -67,7 +67,10 @@ LONG_JOBS = 4
 FREEZE_S = 1.0                    # five leases
 FROZEN_WORK_S = 2.0               # still working when it wakes up
 FINAL_RUNS = 3
-CADENCE_WORK_S = 4 * LONG_LEASE_S   # a beat once a lease still leaves three gaps
+CADENCE_WORK_S = 3 * LONG_LEASE_S   # a beat once a lease still leaves two gaps
+# The cadence's work asks less often: a beat waits at most this long to be
+# timed here, a tenth of the margin between lease_s / 3 and the rule's half.
+CADENCE_TICK_S = 0.03
 CADENCE_RUNS = 3                    # a run a correct beat fails is run again
 TICK_S = 0.01                     # one step of the stand-in work
 # The CPU a run's learner processes may use, on average over a long_jobs run,
@@ -134,8 +137,9 @@ class Work:
     Counted in steps, not by the clock, so a worker frozen with SIGSTOP (this
     process with it) has as much work left when it wakes as when it froze."""
 
-    def __init__(self, seconds: float):
-        self.left = max(1, round(seconds / TICK_S))
+    def __init__(self, seconds: float, tick: float = TICK_S):
+        self.tick = tick
+        self.left = max(1, round(seconds / tick))
         self.stopped_at: float | None = None
         self.ended_at: float | None = None
 
@@ -146,7 +150,7 @@ class Work:
         if self.left <= 0:
             self.ended_at = self.ended_at or time.monotonic()
             return False
-        time.sleep(TICK_S)
+        time.sleep(self.tick)
         self.left -= 1
         return True
 
@@ -509,7 +513,7 @@ def _late(q, times: list[float], returned: float) -> int:
 
 def _cadence_once(q, r) -> dict:
     before, late_before = _threads(q), _late(q, [], 0.0)
-    queue, work = Granting(), Work(CADENCE_WORK_S)
+    queue, work = Granting(), Work(CADENCE_WORK_S, CADENCE_TICK_S)
     with ThreadWaits() as waits:
         start = time.monotonic()
         held, error = _heartbeat(q, r, "job-c", 1, queue, work, LONG_LEASE_S)
