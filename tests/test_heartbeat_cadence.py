@@ -54,3 +54,4 @@ def test_a_beat_at_a_third_of_the_lease_keeps_the_rule(tmp_path, redis_url, name
 ])
 def test_the_trial_never_shares_the_contract_checks_database(url, want):
     assert heartbeats.trial_url(url) == want
+
