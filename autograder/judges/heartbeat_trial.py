@@ -72,6 +72,7 @@ CADENCE_WORK_S = 3 * LONG_LEASE_S   # a beat once a lease still leaves two gaps
 # timed here, a tenth of the margin between lease_s / 3 and the rule's half.
 CADENCE_TICK_S = 0.03
 CADENCE_RUNS = 3                    # a run a correct beat fails is run again
+NO_POLL_S = 3600.0
 TICK_S = 0.01                     # one step of the stand-in work
 # The CPU a run's learner processes may use, on average over a long_jobs run,
 # and still have the machine's load excuse a lost lease: two correct hosts
@@ -157,13 +158,16 @@ class Work:
 
 class Granting:
     """A queue whose extend always says yes and notes when each call came:
-    the learner's cadence, timed here, where no learner code runs."""
+    the learner's cadence, timed here, where no learner code runs. `mark` is
+    called at each (the threads' CPU waits read there, not polled)."""
 
-    def __init__(self):
+    def __init__(self, mark=lambda t: None):
         self.times: list[float] = []
+        self.mark = mark
 
     def extend(self) -> bool:
         self.times.append(time.monotonic())
+        self.mark(self.times[-1])
         return True
 
 
@@ -513,8 +517,10 @@ def _late(q, times: list[float], returned: float) -> int:
 
 def _cadence_once(q, r) -> dict:
     before, late_before = _threads(q), _late(q, [], 0.0)
-    queue, work = Granting(), Work(CADENCE_WORK_S, CADENCE_TICK_S)
-    with ThreadWaits() as waits:
+    # Read at the start, at each beat and at the end only: no sampler to pay.
+    with ThreadWaits(tick=NO_POLL_S) as waits:
+        queue = Granting(waits.sample)
+        work = Work(CADENCE_WORK_S, CADENCE_TICK_S)
         start = time.monotonic()
         held, error = _heartbeat(q, r, "job-c", 1, queue, work, LONG_LEASE_S)
         end = work.ended_at or work.stopped_at or time.monotonic()
