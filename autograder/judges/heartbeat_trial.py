@@ -476,8 +476,8 @@ def _threads(q) -> int:
     return remote_module.os_threads(os.getpid())
 
 
-def stops(module: str, url: str) -> dict:
-    return _stops(load_queue(module), connect(url))
+def stops(module: str, url: str, q=None) -> dict:
+    return _stops(q or load_queue(module), connect(url))
 
 
 def _stops(q, r) -> dict:
@@ -495,11 +495,11 @@ def _stops(q, r) -> dict:
             "threads_left": _threads(q) - before, "error": error}
 
 
-def cadence(module: str, url: str) -> dict:
+def cadence(module: str, url: str, q=None) -> dict:
     """The learner's beats timed, up to CADENCE_RUNS times while a run is off
     the rule (a correct beat off it only on a machine that held it): the last
-    run is judged."""
-    q, r = load_queue(module), connect(url)
+    run is judged. `q`: the module already loaded, whose host it reuses."""
+    q, r = q or load_queue(module), connect(url)
     for run in range(1, CADENCE_RUNS + 1):
         got = _cadence_once(q, r)
         got.update(run=run, runs=CADENCE_RUNS)
@@ -564,12 +564,12 @@ def cadence_problem(run: dict) -> str:
     return ""
 
 
-def final_check(module: str, url: str) -> dict:
+def final_check(module: str, url: str, q=None) -> dict:
     """The lease lost as the work ends, FINAL_RUNS times: a module that does not
     check once more says True in each (a heartbeat landing just as the work
     ended could hide that once, never every time); judged on the first wrong
     answer, or the last run."""
-    q, r = load_queue(module), connect(url)
+    q, r = q or load_queue(module), connect(url)
     for run in range(1, FINAL_RUNS + 1):
         pair = LostAtTheEnd(LEASE_S)
         held, error = _heartbeat(q, r, "job-f", 1, pair, pair)
@@ -582,11 +582,20 @@ def final_check(module: str, url: str) -> dict:
 
 
 def trial(module: str, url: str) -> dict:
-    out = {}
+    out: dict = {}
+    loaded: list = []
+
+    def q():
+        """The module's host, shared by the trials run in this process: each
+        host costs a process and an import."""
+        if not loaded:
+            loaded.append(load_queue(module))
+        return loaded[0]
+
     with tempfile.TemporaryDirectory(prefix="eo-hb-") as tmp:
-        for name, fn in (("stops", lambda: stops(module, url)),
-                         ("final_check", lambda: final_check(module, url)),
-                         ("cadence", lambda: cadence(module, url)),
+        for name, fn in (("stops", lambda: stops(module, url, q())),
+                         ("final_check", lambda: final_check(module, url, q())),
+                         ("cadence", lambda: cadence(module, url, q())),
                          ("long_jobs", lambda: _long_jobs_until_a_fair_run(
                              lambda: long_jobs(module, url, Path(tmp)))),
                          ("frozen", lambda: _frozen_until_a_fair_run(
