@@ -10,7 +10,7 @@ Runs under the sandbox's supervisor:
 
     python -m autograder.judges.heartbeat_trial heartbeat.py REDIS_URL --json
 
-Three trials, each judged from the events the worker processes log:
+The trials, each judged from what the judge's side of it saw:
 
 - long_jobs: jobs of 3 s on a lease of 0.6 s, two workers, a reaper every
   50 ms: with the heartbeat no job is reaped, none is claimed twice, each
@@ -23,6 +23,12 @@ Three trials, each judged from the events the worker processes log:
 - stops: run_with_heartbeat against a queue whose extend starts answering
   False must stop the work and return False within a few heartbeats, and
   leave no thread running.
+- cadence: run_with_heartbeat on a 0.6 s lease and 1.8 s of work, against a
+  queue whose extend says yes and notes when each call came: the gaps between
+  the learner's own beats, less the longest any one thread of ours or of the
+  learner's host waited for a CPU in that gap (the machine's doing), must be at
+  most half a lease (the notebook's lease_s / 3, so two beats can be lost);
+  no gap may reach a whole lease.
 - final_check: the lease is lost just as the work returns (a worker frozen
   after its last heartbeat): run_with_heartbeat must ask once more and return
   False, as the notebook says ("True only if ... the lease is still yours").
@@ -47,7 +53,7 @@ from pathlib import Path
 from autograder.isolation import confine
 from handson.faults.server_clock import ServerClock
 from handson.infra import learner_host, remote_module
-from handson.infra.schedstat import Waits
+from handson.infra.schedstat import ThreadWaits, Waits
 from handson.queues.contract import load_queue
 from handson.redis_server import connect
 
@@ -61,6 +67,12 @@ LONG_JOBS = 4
 FREEZE_S = 1.0                    # five leases
 FROZEN_WORK_S = 2.0               # still working when it wakes up
 FINAL_RUNS = 3
+CADENCE_WORK_S = 3 * LONG_LEASE_S   # a beat once a lease still leaves two gaps
+# The cadence's work asks less often: a beat waits at most this long to be
+# timed here, a tenth of the margin between lease_s / 3 and the rule's half.
+CADENCE_TICK_S = 0.03
+CADENCE_RUNS = 3                    # a run a correct beat fails is run again
+NO_POLL_S = 3600.0
 TICK_S = 0.01                     # one step of the stand-in work
 # The CPU a run's learner processes may use, on average over a long_jobs run,
 # and still have the machine's load excuse a lost lease: two correct hosts
@@ -126,18 +138,36 @@ class Work:
     Counted in steps, not by the clock, so a worker frozen with SIGSTOP (this
     process with it) has as much work left when it wakes as when it froze."""
 
-    def __init__(self, seconds: float):
-        self.left = max(1, round(seconds / TICK_S))
+    def __init__(self, seconds: float, tick: float = TICK_S):
+        self.tick = tick
+        self.left = max(1, round(seconds / tick))
         self.stopped_at: float | None = None
+        self.ended_at: float | None = None
 
     def step(self, stopped: bool) -> bool:
         if stopped:
             self.stopped_at = self.stopped_at or time.monotonic()
             return False
         if self.left <= 0:
+            self.ended_at = self.ended_at or time.monotonic()
             return False
-        time.sleep(TICK_S)
+        time.sleep(self.tick)
         self.left -= 1
+        return True
+
+
+class Granting:
+    """A queue whose extend always says yes and notes when each call came:
+    the learner's cadence, timed here, where no learner code runs. `mark` is
+    called at each (the threads' CPU waits read there, not polled)."""
+
+    def __init__(self, mark=lambda t: None):
+        self.times: list[float] = []
+        self.mark = mark
+
+    def extend(self) -> bool:
+        self.times.append(time.monotonic())
+        self.mark(self.times[-1])
         return True
 
 
@@ -446,8 +476,8 @@ def _threads(q) -> int:
     return remote_module.os_threads(os.getpid())
 
 
-def stops(module: str, url: str) -> dict:
-    return _stops(load_queue(module), connect(url))
+def stops(module: str, url: str, q=None) -> dict:
+    return _stops(q or load_queue(module), connect(url))
 
 
 def _stops(q, r) -> dict:
@@ -465,12 +495,81 @@ def _stops(q, r) -> dict:
             "threads_left": _threads(q) - before, "error": error}
 
 
-def final_check(module: str, url: str) -> dict:
+def cadence(module: str, url: str, q=None) -> dict:
+    """The learner's beats timed, up to CADENCE_RUNS times while a run is off
+    the rule (a correct beat off it only on a machine that held it): the last
+    run is judged. `q`: the module already loaded, whose host it reuses."""
+    q, r = q or load_queue(module), connect(url)
+    for run in range(1, CADENCE_RUNS + 1):
+        got = _cadence_once(q, r)
+        got.update(run=run, runs=CADENCE_RUNS)
+        if got["error"] or not cadence_problem(got):
+            break
+    return got
+
+
+def _late(q, times: list[float], returned: float) -> int:
+    """Beats after run_with_heartbeat returned: over the pipe, refused there."""
+    if isinstance(q, remote_module.RemoteModule):
+        return q.late_callbacks()
+    return sum(t > returned for t in times)
+
+
+def _cadence_once(q, r) -> dict:
+    before, late_before = _threads(q), _late(q, [], 0.0)
+    # Read at the start, at each beat and at the end only: no sampler to pay.
+    with ThreadWaits(tick=NO_POLL_S) as waits:
+        queue = Granting(waits.sample)
+        work = Work(CADENCE_WORK_S, CADENCE_TICK_S)
+        start = time.monotonic()
+        held, error = _heartbeat(q, r, "job-c", 1, queue, work, LONG_LEASE_S)
+        end = work.ended_at or work.stopped_at or time.monotonic()
+        returned = time.monotonic()
+        beats = [t for t in queue.times if t <= end]
+        marks = [start, *beats, end]
+        # (gap, gap less the longest one thread waited for a CPU in it)
+        gaps = [(round(b - a, 3), round(b - a - waits.between(a, b), 3))
+                for a, b in zip(marks, marks[1:], strict=False)]
+    time.sleep(LONG_LEASE_S)        # time for a beat left running to show
+    return {"gaps": gaps[:-1], "tail": gaps[-1], "beats": len(beats),
+            "after_return": _late(q, queue.times, returned) - late_before,
+            "threads_left": _threads(q) - before,
+            "lease": LONG_LEASE_S, "work": CADENCE_WORK_S, "held": held,
+            "error": error}
+
+
+def cadence_problem(run: dict) -> str:
+    """What is wrong with the beats' cadence ('' if nothing). Whole gaps (from
+    the call or a beat to the next beat) are judged by their median, so one beat
+    held now and then is no fault; the gap before the work ended, too, must
+    stay under a lease."""
+    lease, gaps = run["lease"], run["gaps"]
+    if not gaps:
+        return (f"extend was never called in {run['work']:g} s of work on a "
+                f"{lease:g} s lease")
+    own = sorted(g[1] for g in gaps)
+    median = own[len(own) // 2] if len(own) % 2 else (
+        own[len(own) // 2 - 1] + own[len(own) // 2]) / 2
+    if median > lease / 2:
+        return (f"the beats came {median:.2f} s apart (median of {len(own)} "
+                f"gaps), past half the {lease:g} s lease")
+    longest = max(g[1] for g in [*gaps, run["tail"]])
+    if longest >= lease:
+        return f"no beat for {longest:.2f} s, a whole {lease:g} s lease"
+    if run["after_return"] or run["threads_left"] > 0:
+        return (f"{run['lease']:g} s after run_with_heartbeat returned, "
+                f"{run['threads_left']} more thread(s) ran and extend had been "
+                f"called {run['after_return']} more time(s): the heartbeat "
+                "outlived its job (end it and join it before returning)")
+    return ""
+
+
+def final_check(module: str, url: str, q=None) -> dict:
     """The lease lost as the work ends, FINAL_RUNS times: a module that does not
     check once more says True in each (a heartbeat landing just as the work
     ended could hide that once, never every time); judged on the first wrong
     answer, or the last run."""
-    q, r = load_queue(module), connect(url)
+    q, r = q or load_queue(module), connect(url)
     for run in range(1, FINAL_RUNS + 1):
         pair = LostAtTheEnd(LEASE_S)
         held, error = _heartbeat(q, r, "job-f", 1, pair, pair)
@@ -483,10 +582,20 @@ def final_check(module: str, url: str) -> dict:
 
 
 def trial(module: str, url: str) -> dict:
-    out = {}
+    out: dict = {}
+    loaded: list = []
+
+    def q():
+        """The module's host, shared by the trials run in this process: each
+        host costs a process and an import."""
+        if not loaded:
+            loaded.append(load_queue(module))
+        return loaded[0]
+
     with tempfile.TemporaryDirectory(prefix="eo-hb-") as tmp:
-        for name, fn in (("stops", lambda: stops(module, url)),
-                         ("final_check", lambda: final_check(module, url)),
+        for name, fn in (("stops", lambda: stops(module, url, q())),
+                         ("final_check", lambda: final_check(module, url, q())),
+                         ("cadence", lambda: cadence(module, url, q())),
                          ("long_jobs", lambda: _long_jobs_until_a_fair_run(
                              lambda: long_jobs(module, url, Path(tmp)))),
                          ("frozen", lambda: _frozen_until_a_fair_run(

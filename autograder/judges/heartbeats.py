@@ -18,6 +18,7 @@ import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from autograder.isolation import sandbox
 from autograder.judges import queue_runs
@@ -32,6 +33,7 @@ from autograder.judges.heartbeat_trial import (
     LEASE_S,
     LONG_LEASE_S,
     WORK_S,
+    cadence_problem,
     own_load,
 )
 
@@ -53,8 +55,8 @@ TRIAL_CHECKS = [
     Check("stops_when_lease_lost", 2,
           "when extend says no, the work is told to stop and the job is abandoned"),
     Check("long_jobs_run_once", 3,
-          f"{WORK_S:g} s jobs on a {LONG_LEASE_S:g} s lease: never reaped, never run "
-          "twice"),
+          f"{WORK_S:g} s jobs on a {LONG_LEASE_S:g} s lease: beats at most half a "
+          "lease apart, never reaped, never run twice"),
     Check("frozen_worker_refused", 3,
           "a worker frozen past its lease stops on waking; its ack is refused; "
           "one effect"),
@@ -98,7 +100,10 @@ def _trial_outcomes(data: dict) -> list:
 
     lj = data.get("long_jobs", {"crashed": "the trial did not report"})
     c = by["long_jobs_run_once"]
-    if "crashed" in lj:
+    beats = _cadence_outcome(c, data.get("cadence", {"crashed": "no report"}))
+    if beats is not None:
+        out.append(beats)
+    elif "crashed" in lj:
         out.append(outcome(c, False, "the trial could not run: " + lj["crashed"]))
     elif "excused" in lj:
         out.append(outcome(c, True, got=f"not judged: in the last run {lj['excused']} "
@@ -182,6 +187,46 @@ def _trial_outcomes(data: dict) -> list:
     return out
 
 
+def trial_url(url: str) -> str:
+    """The trial's database, never the contract checks' one: database 1 beside
+    a grade on database 0; eight further on beside a corpus worker's (each
+    corpus worker grades on a database of its own, 1 to 3)."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    base = url.split("?", 1)[0]
+    if parts.scheme != "unix":            # redis://host:port/DB
+        query.setdefault("db", parts.path.strip("/") or "0")
+        base = f"{parts.scheme}://{parts.netloc}"
+    db = int(query.get("db", 0))
+    query["db"] = str(db + 8 if db else 1)
+    return f"{base}?{urlencode(query)}"
+
+
+def _cadence_outcome(c: Check, cd: dict):
+    """The learner's own beats judged (None when they keep the cadence)."""
+    if "crashed" in cd:
+        return outcome(c, False, "the cadence trial could not run: " + cd["crashed"])
+    if cd["error"]:
+        return outcome(c, False, f"run_with_heartbeat raised {cd['error']}")
+    problem = cadence_problem(cd)
+    if not problem:
+        return None
+    lease = cd["lease"]
+    seen = ", ".join(f"{g:.2f}" + (f" ({own:.2f} less CPU waits)" if own < g - 0.005
+                                   else "") for g, own in cd["gaps"])
+    return outcome(
+        c, False, f"your run_with_heartbeat's own beats on a {lease:g} s lease: "
+        f"{problem}. Beat every lease_s / 3: then two beats can be lost (or come "
+        "late) before the lease runs out, and a reaper never takes a live job.",
+        f"extend called at most {lease / 2:.2f} s apart ({lease / 3:.2f} s: "
+        "lease_s / 3), from the start of the work to its end",
+        f"{problem}; gaps from the call to each extend (s): {seen or 'none'}; then "
+        f"{cd['tail'][0]:.2f} to the work's end, {cd['after_return']} after the "
+        "return "
+        f"({cd['beats']} extend call(s) in {cd['work']:g} s; run {cd['run']} of "
+        f"{cd['runs']}, the time a thread waited for a CPU is not counted)")
+
+
 def evaluate_file(path: str, redis_url: str, quick: bool,
                   shown_path: str = MODULE_FILE) -> Evaluation:
     if not Path(path).exists():
@@ -194,7 +239,7 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
     with ThreadPoolExecutor(max_workers=1) as pool:   # the trial uses database 1
         trial = pool.submit(sandbox.run, [sys.executable, "-m",
                                           "autograder.judges.heartbeat_trial", path,
-                                          f"{redis_url}?db=1", "--json"],
+                                          trial_url(redis_url), "--json"],
                             timeout=TRIAL_TIMEOUT_S,
                             env=queue_runs.learner_env(path, redis_url, IMPORTS))
         results, left = queue_runs.contract(path, redis_url,

@@ -319,6 +319,7 @@ class _Host:
         self.trails: dict[str, list] = {}   # function -> its round trips, named
         self.ids = iter(range(1, 1 << 62))
         self.lanes: set = set()             # each has a thread in the host
+        self.late = 0       # callbacks that came after their call had returned
         self.died: str | None = None
         self.hello: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._reader, daemon=True).start()
@@ -365,6 +366,7 @@ class _Host:
             if inbox is not None:
                 inbox.put(msg)
             elif isinstance(msg.get("callback"), dict):   # no call of ours waits
+                self.late += 1
                 self._answer(msg["callback"].get("cb"),
                              error=("EOFError", "the call is over"))
         self.died = f"exited with code {self.proc.wait()}"
@@ -610,6 +612,12 @@ class RemoteModule:
         compare two counts, since the prefix's own processes count too."""
         host = self._current()
         return host.tasks() - len(host.lanes)
+
+    def late_callbacks(self) -> int:
+        """Calls back from the learner's threads after their call had returned
+        (refused): e.g. a heartbeat still beating once run_with_heartbeat is
+        over."""
+        return self._current().late
 
     def close(self) -> None:
         if self._pid == os.getpid():

@@ -117,3 +117,66 @@ class Waits:
         i = max(0, bisect_right(times, a) - 1)
         j = min(len(times) - 1, bisect_left(times, b))
         return min(b - a, max(0.0, waited[j] - waited[i]))
+
+
+def thread_times(pid: int) -> dict[int, tuple[int, int]]:
+    """(run, waiting) nanoseconds of each thread of `pid` so far, by tid."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run, wait = f.read().split()[:2]
+            out[int(tid)] = (int(run), int(wait))
+        except (OSError, ValueError):
+            continue                    # a thread that just exited
+    return out
+
+
+class ThreadWaits(Waits):
+    """Like Waits, but `between(a, b)` is the most any ONE mostly idle thread
+    waited: the excuse for one such thread held (a heartbeat's).
+
+    Summed over threads, the waiting grows with every thread's wake-ups on a
+    busy machine; and a thread busy on a CPU waits on a busy machine whatever
+    it is for (a spinning thread would excuse a beat that was never due). A
+    thread that ran more than `busy` of the window is left out.
+    """
+
+    def __init__(self, tick: float = 0.05, rescan: int = 10, busy: float = 0.1):
+        super().__init__(tick, rescan)
+        self.busy = busy
+        self.snaps: list[dict] = []
+
+    def _sample(self, pids: list[int]) -> None:
+        snap = {}
+        for pid in pids:
+            snap.update({(pid, tid): ns for tid, ns in thread_times(pid).items()})
+        self.snaps.append(snap)
+        self.times.append(time.monotonic())
+
+    def sample(self, at: float) -> None:
+        """Read the threads now, as of `at` (a moment the caller just noted):
+        for a caller that knows when it matters, instead of polling."""
+        self._sample(self._pids())
+        self.times[-1] = at
+
+    def between(self, a: float, b: float) -> float:
+        if not self.times or self.times[-1] < b:
+            self._sample(self.pids)
+        n = min(len(self.times), len(self.snaps))
+        times, snaps = self.times[:n], self.snaps[:n]
+        if not n or b <= a:
+            return 0.0
+        i = max(0, bisect_right(times, a) - 1)
+        j = min(n - 1, bisect_left(times, b))
+        span_ns = (times[j] - times[i]) * 1e9
+        most = 0
+        for key, (run, wait) in snaps[j].items():
+            run0, wait0 = snaps[i].get(key, (0, 0))
+            if run - run0 <= self.busy * span_ns:
+                most = max(most, wait - wait0)
+        return min(b - a, most / 1e9)

@@ -83,6 +83,31 @@ def _zombie_and_owner(q, r, owner_lease: float = 30.0):
     return first[2], second[2]
 
 
+def _after_own_fail(q, r, job_id: str) -> int:
+    """A job claimed and failed by its own attempt (fail said True): the attempt."""
+    _empty(q, r)
+    q.enqueue(r, {"doc_id": 5}, job_id)
+    job = q.claim(r, LEASE)
+    _need(job is not None, "claim returned None after enqueue", "")
+    _need(q.fail(r, job_id, job[2], "boom"), f"the owner's fail (attempt {job[2]}) "
+          "returned False", "fail must succeed for the current attempt")
+    return job[2]
+
+
+def _retried_after(q, r, job_id: str, attempt: int, call: str) -> None:
+    """The next reap after the lease ran out must requeue the failed job (not
+    find it done, alive or dead), and the next claim is the next attempt."""
+    reaped = _expire_and_reap(q, r)
+    _need(reaped == (1, 0), f"after attempt {attempt}'s own fail and then its "
+          f"{call}, reap returned {reaped} (a failed job is retried: (1, 0))",
+          f"a refused {call} changes nothing: the failed attempt's job goes back "
+          "to pending at the next reap, neither done nor with its lease revived")
+    again = q.claim(r, 30)
+    _need(again is not None and again[0] == job_id and again[2] == attempt + 1,
+          f"after attempt {attempt}'s fail and {call}, the next claim returned "
+          f"{again!r}", "the failed job comes back once, with the next attempt")
+
+
 def _threads(n: int, target: Callable[[int], object], timeout: float) -> list:
     """Run target(i) in n threads released together; their results in order."""
     results: list = [None] * n
@@ -203,7 +228,34 @@ def _zombie_ack(q, r, url):
           "claimed the job and ack returned True",
           "compare the caller's attempt with the job's current attempt inside the "
           "script (the fencing token)")
-    return "both zombie acks returned False"
+    _own_ack_after_fail(q, r)
+    _own_ack_after_ack(q, r)
+    return ("both zombie acks returned False; so did an ack after the attempt's "
+            "own fail and after its own ack")
+
+
+def _own_ack_after_fail(q, r) -> None:
+    attempt = _after_own_fail(q, r, "job-fa")
+    _need(not q.ack(r, "job-fa", attempt),
+          f"attempt {attempt} called fail (True), then ack: ack returned True, "
+          "so the failed job counts as done without its retry",
+          "a failed attempt holds no lease: ack must refuse it (check that the "
+          "lease is live, not only that it exists)")
+    _retried_after(q, r, "job-fa", attempt, "ack")
+
+
+def _own_ack_after_ack(q, r) -> None:
+    q.enqueue(r, {"doc_id": 6}, "job-aa")
+    job = q.claim(r, 30)
+    _need(job is not None and q.ack(r, "job-aa", job[2]),
+          f"the owner's ack of {job!r} returned False", "")
+    _need(not q.ack(r, "job-aa", job[2]),
+          f"attempt {job[2]} acked twice and the second ack returned True",
+          "an acked job holds no lease: a second ack must be refused")
+    reaped, again = tuple(q.reap(r, 3)), q.claim(r, 30)
+    _need(reaped == (0, 0) and again is None,
+          f"after attempt {job[2]} acked twice, reap returned {reaped} and claim "
+          f"{again!r}", "an acked job is done: never reaped, never claimed again")
 
 
 @_check("zombie_extend_refused",
@@ -219,7 +271,15 @@ def _zombie_extend(q, r, url):
     _need(requeued == 1, "the owner's short lease did not expire: the zombie's "
           f"extend moved it (reap requeued {requeued})",
           "a refused extend must not touch the deadline")
-    return "zombie extend returned False; owner's lease unchanged"
+    attempt = _after_own_fail(q, r, "job-fe")
+    _need(not q.extend(r, "job-fe", attempt, 30),
+          f"attempt {attempt} called fail (True), then extend: extend returned "
+          "True, reviving the lease its own fail gave up",
+          "a failed attempt holds no lease: extend must refuse it (a deadline of "
+          "0 or a failed mark is not a lease to push)")
+    _retried_after(q, r, "job-fe", attempt, "extend")
+    return ("zombie extend returned False; owner's lease unchanged; an extend "
+            "after the attempt's own fail refused")
 
 
 @_check("zombie_fail_refused",
@@ -235,7 +295,14 @@ def _zombie_fail(q, r, url):
     _need(reaped == (0, 0), f"after the zombie's fail, reap returned {reaped}",
           "a refused fail must not expire the owner's lease")
     _need(not q.dead(r), f"dead() = {q.dead(r)!r}", "a refused fail changes nothing")
-    return "zombie fail returned False; nothing reaped"
+    attempt = _after_own_fail(q, r, "job-ff")
+    _need(not q.fail(r, "job-ff", attempt, "boom again"),
+          f"attempt {attempt} called fail (True), then fail again: the second "
+          "fail returned True", "a failed attempt holds no lease: a second fail "
+          "by it must be refused")
+    _retried_after(q, r, "job-ff", attempt, "second fail")
+    return ("zombie fail returned False; nothing reaped; a second fail by the "
+            "same attempt refused")
 
 
 @_check("owner_ack_after_zombie",

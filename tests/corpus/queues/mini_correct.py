@@ -50,10 +50,12 @@ def claim(r, lease_s):
     return res[0], json.loads(res[1] or "{}"), int(res[2])
 
 
-# KEYS: inflight job-prefix; ARGV: job_id attempt. Fenced: lease held by attempt.
+# KEYS: inflight job-prefix; ARGV: job_id attempt. Fenced: lease held by attempt,
+# and live: a deadline of 0 is a lease given up by fail, waiting for reap.
 HELD = """
 local jk = KEYS[2] .. ARGV[1]
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+local lease = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not lease or tonumber(lease) == 0 then return 0 end
 if tonumber(redis.call('HGET', jk, 'attempts')) ~= tonumber(ARGV[2]) then return 0 end
 """
 
