@@ -40,6 +40,15 @@ CAUGHT_BY = {
     "lease_whole_seconds": "lease_time_scales",
     "reap_grace_wrong_sign": "lease_time_scales",
     "reap_own_clock": "deadline_from_server_clock",
+    "heartbeats/extend_after_own_fail": "zombie_extend_refused",
+    "heartbeats/extend_revives_reaped": "zombie_extend_refused",
+    "heartbeats/extend_no_fence": "zombie_extend_refused",
+    "heartbeats/extend_worker_clock": "deadline_from_server_clock",
+    "heartbeats/interval_equals_lease": "long_jobs_run_once",
+    "heartbeats/thread_never_joined": "long_jobs_run_once",
+    "heartbeats/thread_started_after_work": "stops_when_lease_lost",
+    "heartbeats/never_stops_work": "stops_when_lease_lost",
+    "heartbeats/no_final_check": "final_lease_check",
     "pg/ack_then_effect": "finish_failed_no_ack",
     "pg/claim_keeps_advisory_lock": "finish_refused_no_effect",
     "pg/claim_two_transactions": "claim_skips_locked",
@@ -69,6 +78,9 @@ CAUGHT_BY = {
 # What the catching check says: the step and what ran beside it.
 RIVAL_STEP = "while a rival host's"
 SAYS = {
+    "heartbeats/extend_after_own_fail": "called fail (True), then extend",
+    "heartbeats/interval_equals_lease": "gaps from the call to each extend",
+    "heartbeats/thread_never_joined": "the heartbeat outlived its job",
     "pg/ack_then_effect": "the job done",
     "pg/claim_keeps_advisory_lock": "a rival host's claim, on its own connection",
     "pg/claim_two_transactions": RIVAL_STEP,
