@@ -1,17 +1,18 @@
 """Wrong submissions lose points on the check that names their bug, and only there.
 
-The corpus (tests/corpus/submissions/bugs.py) edits the solution notebooks one
-bug at a time: an ack without the attempt check, a claim in two round trips, a
-reap that is not atomic, a dedup key with the attempt number, effect then key
-in two writes, a heartbeat that resurrects a reaped lease, a poison job that
-never counts an attempt, an endless loop, sys.exit(), a syntax error, a
-process left running, an edited test cell (restored: a note, not a zero), a
-lease deadline from the worker's clock, a heartbeat without its final lease
-check, a missing pause point.
-Correct submissions written differently score full marks, one or more per
-assignment: a queue on Redis Streams, a queue with other keys reaping in
-batches, another dedup key, a scheduled heartbeat, the "miss" policy, an
-outbox relay publishing with idempotent ids in batches of 7.
+The notebooks here (tests/corpus/submissions/bugs.py) edit the solution
+notebooks one bug at a time, for what only a whole notebook shows: a broken
+notebook (an endless loop, sys.exit(), a syntax error, a process left running,
+an edited test cell: restored, a note, not a zero), and the queue bugs whose
+chaos run must name them again (an ack without the attempt check, a claim in
+two round trips, a reap that is not atomic, a lease deadline from the worker's
+clock, a poison job that never counts an attempt), with one wrong notebook of
+each other assignment. Correct submissions written differently score full
+marks: a queue on Redis Streams, a queue with other keys reaping in batches,
+another dedup key, an outbox relay publishing with idempotent ids in batches.
+A bug in one function is graded by `python -m autograder corpus`
+(tests/corpus/, a folder per assignment), which grades each module as its
+assignment's judge does, without running a notebook around it.
 
 Each submission is graded once and in full (module fixture): assignment 2's
 bugs are named by contract checks, and the chaos run's built faults (a zombie

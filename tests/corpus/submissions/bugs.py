@@ -41,14 +41,6 @@ def claim(r, lease_s):
 
 SUBMISSIONS = {
     # --- assignment 1 -----------------------------------------------------------
-    "a1_dedup_key_with_attempt": dict(
-        assignment="delivery_semantics",
-        edits={"dedup_key_impl": [(
-            "    return job_id                 # stable across attempts; the attempt "
-            "is not", "    return (job_id, attempt)")]},
-        loses={"dedup_key_stable": "changes between attempts"},
-        keeps=["ack_before_work", "ack_after_work", "dedup_outside_tx",
-               "dedup_in_tx", "window_escapes", "lease_doubles"]),
     "a1_effect_then_key": dict(
         assignment="delivery_semantics",
         edits={"dedup_impl": [(
@@ -180,16 +172,6 @@ def reap(r, max_attempts=3):
         loses={"enqueue_idempotent": "sys.exit", "bound_refuses": "sys.exit"},
         keeps=[]),
     # --- assignment 3 -----------------------------------------------------------
-    "a3_extend_resurrects": dict(
-        assignment="heartbeats",
-        edits={"heartbeat": [
-            ("    if not lease or tonumber(lease) == 0 then return 0 end\n", ""),
-            ("    redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), "
-             "ARGV[1])", "    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), "
-             "ARGV[1])")]},
-        loses={"extend_does_not_resurrect": "XX"},
-        keeps=["zombie_extend_refused", "heartbeat_keeps_lease",
-               "stops_when_lease_lost"]),
     # --- idempotent_claims ------------------------------------------------------
     "claims_effect_in_two_transactions": dict(
         assignment="idempotent_claims",
@@ -221,35 +203,6 @@ def reap(r, max_attempts=3):
         keeps=["first_delivery", "repeat_after_success", "two_workers_at_once",
                "different_order", "dies_before_email", "dies_after_email",
                "young_claim_skipped"]),
-    "claims_resend_on_young_claim": dict(
-        assignment="idempotent_claims",
-        edits={"myclaims": [(
-            "    if now - claimed_at < lease_s:\n"
-            "        return \"skip:in-progress\"\n",
-            "    if now - claimed_at < lease_s:    # \"the other worker is gone\"\n"
-            "        send_email(mailer, key)\n"
-            "        complete(db, op_id, now)\n"
-            "        return \"resent\"\n")]},
-        # case 3's loser meets the same young claim unless it arrives late, so
-        # two_workers_at_once may go either way and is in neither list
-        loses={"young_claim_skipped": "younger than the lease"},
-        keeps=["first_delivery", "repeat_after_success", "different_order",
-               "dies_before_email", "dies_after_email", "same_transaction_effect"]),
-    "claims_no_pause_after_claim": dict(
-        assignment="idempotent_claims",
-        edits={"myclaims": [(
-            "        pause(\"after-claim\")\n        send_email(mailer, key)\n",
-            "        send_email(mailer, key)\n")]},
-        loses={"dies_before_email": "never called pause(\"after-claim\")"},
-        keeps=["first_delivery", "repeat_after_success", "different_order",
-               "same_transaction_effect"]),
-    "claims_policy_not_as_written": dict(
-        assignment="idempotent_claims",
-        edits={"myclaims": [('POLICY = "hold"', 'POLICY = "duplicate"')]},
-        loses={"dies_before_email": "POLICY = 'duplicate'",
-               "dies_after_email": "POLICY = 'duplicate'"},
-        keeps=["first_delivery", "two_workers_at_once", "young_claim_skipped",
-               "same_transaction_effect"]),
     # --- outbox_relay -----------------------------------------------------------
     "outbox_delete_before_publish": dict(
         assignment="outbox_relay",
@@ -264,61 +217,6 @@ def reap(r, max_attempts=3):
             "\n")]},
         loses={"relay_nothing_lost": "publish first"},
         keeps=["save_atomic", "relay_kills_effects_once", "effects_once",
-               "no_skip_out_of_order"]),
-    "outbox_mark_first_pause_last": dict(
-        assignment="outbox_relay",
-        edits={"myoutbox": [(
-            "        queue.enqueue(r, {\"doc_id\": doc_id, \"outbox_id\": outbox_id})\n"
-            "        pause(\"between\", outbox_id)\n"
-            "        db.run(\"UPDATE outbox SET sent = 1 WHERE id = ?\", "
-            "(outbox_id,))\n",
-            "        db.run(\"UPDATE outbox SET sent = 1 WHERE id = ?\", "
-            "(outbox_id,))\n"
-            "        queue.enqueue(r, {\"doc_id\": doc_id, \"outbox_id\": outbox_id})"
-            "\n"
-            "        pause(\"between\", outbox_id)\n")]},
-        loses={"killed_between_round_trips": "publish a row first"},
-        keeps=["save_atomic", "relay_nothing_lost", "relay_kills_effects_once",
-               "effects_once", "no_skip_out_of_order", "consumers_interleaved"]),
-    "outbox_high_water_mark": dict(
-        assignment="outbox_relay",
-        edits={"myoutbox": [
-            ("    rows = db.query(\"SELECT id, doc_id FROM outbox WHERE sent = 0 "
-             "ORDER BY id\"\n                    \" LIMIT ?\", (batch,))\n",
-             "    (last,) = db.query(\"SELECT last_id FROM relay_state\")[0]\n"
-             "    rows = db.query(\"SELECT id, doc_id FROM outbox WHERE id > ? "
-             "ORDER BY id\"\n                    \" LIMIT ?\", (last, batch))\n"),
-            ("        db.run(\"UPDATE outbox SET sent = 1 WHERE id = ?\", "
-             "(outbox_id,))\n",
-             "        db.run(\"UPDATE relay_state SET last_id = ?\", "
-             "(outbox_id,))\n")]},
-        loses={"no_skip_out_of_order": "id > last"},
-        keeps=["save_atomic", "relay_nothing_lost", "relay_kills_effects_once",
-               "effects_once"]),
-    "outbox_consumer_without_key": dict(
-        assignment="outbox_relay",
-        edits={"myoutbox": [(
-            "        if not db.query(\"INSERT INTO summarized (doc_id) VALUES (?)\"\n"
-            "                        \" ON CONFLICT (doc_id) DO NOTHING RETURNING "
-            "doc_id\",\n"
-            "                        (doc_id,)):\n"
-            "            return False\n", "")]},
-        loses={"effects_once": "key", "relay_kills_effects_once": "key"},
-        keeps=["save_atomic", "relay_nothing_lost", "no_skip_out_of_order"]),
-    "outbox_save_in_two_steps": dict(
-        assignment="outbox_relay",
-        edits={"myoutbox": [(
-            "    with db.transaction():\n"
-            "        db.run(\"INSERT INTO documents (id, body) VALUES (?, ?)\", "
-            "(doc_id, body))\n"
-            "        pause(\"between\", doc_id)\n"
-            "        db.run(\"INSERT INTO outbox (doc_id) VALUES (?)\", (doc_id,))\n",
-            "    db.run(\"INSERT INTO documents (id, body) VALUES (?, ?)\", "
-            "(doc_id, body))\n"
-            "    pause(\"between\", doc_id)\n"
-            "    db.run(\"INSERT INTO outbox (doc_id) VALUES (?)\", (doc_id,))\n")]},
-        loses={"save_atomic": "ONE transaction"},
-        keeps=["relay_nothing_lost", "relay_kills_effects_once", "effects_once",
                "no_skip_out_of_order"]),
     "a3_no_final_lease_check": dict(
         assignment="heartbeats",
@@ -336,30 +234,6 @@ def reap(r, max_attempts=3):
         keeps=["claim_returns_payload_and_attempt", "attempt_grows",
                "zombie_ack_refused", "reap_requeues_expired",
                "killed_attempt_counts", "bound_refuses"]),
-    "a3_heartbeat_never_stops": dict(
-        assignment="heartbeats",
-        edits={"heartbeat": [("def", "run_with_heartbeat", '''
-def run_with_heartbeat(r, queue, job_id, attempt, lease_s, work):
-    """Renew in the background and always finish: the lease 'must' be fine."""
-    stop, finished = threading.Event(), threading.Event()
-
-    def beat():
-        while not finished.wait(lease_s / 3):
-            queue.extend(r, job_id, attempt, lease_s)     # the answer is ignored
-
-    thread = threading.Thread(target=beat, daemon=True)
-    thread.start()
-    try:
-        work(stop)
-    finally:
-        finished.set()
-        thread.join()
-    return True
-''')]},
-        loses={"stops_when_lease_lost": "set the `stop` event",
-               "frozen_worker_refused": "give up"},
-        keeps=["zombie_extend_refused", "extend_does_not_resurrect",
-               "heartbeat_keeps_lease", "long_jobs_run_once"]),
 }
 
 # Correct, and written differently from the solution: must score full marks.
@@ -413,62 +287,7 @@ CORRECT = {
              "            return requeued, dead_n\n")]}),
     # the heartbeat on a schedule of its own (deadlines by the monotonic
     # clock), extend checking the attempt first
-    "a3_scheduled_heartbeat": dict(
-        assignment="heartbeats",
-        edits={"heartbeat": [("def", "run_with_heartbeat", """
-def run_with_heartbeat(r, queue, job_id, attempt, lease_s, work):
-    \"\"\"Beat on a fixed schedule; give up at the first refusal.\"\"\"
-    import time
-
-    stop, done = threading.Event(), threading.Event()
-    state = {"held": True}
-
-    def beat():
-        next_at = time.monotonic() + lease_s / 3
-        while not done.wait(max(0.0, next_at - time.monotonic())):
-            next_at += lease_s / 3
-            if not queue.extend(r, job_id, attempt, lease_s):
-                state["held"] = False
-                stop.set()
-                break
-
-    beater = threading.Thread(target=beat, daemon=True)
-    beater.start()
-    try:
-        work(stop)
-    finally:
-        done.set()
-        beater.join()
-    return state["held"] and bool(queue.extend(r, job_id, attempt, lease_s))
-"""), ("def", "extend", """
-def extend(r, job_id, attempt, lease_s):
-    \"\"\"Attempt first, then the lease; the deadline from the server's TIME.\"\"\"
-    script = \"\"\"
-    if tonumber(redis.call('HGET', KEYS[2], 'a:' .. ARGV[1])) ~= tonumber(ARGV[2])
-    then return 0 end
-    local lease = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '0')
-    if lease == 0 then return 0 end
-    local t = redis.call('TIME')
-    local now = t[1] * 1000 + math.floor(t[2] / 1000)
-    return redis.call('ZADD', KEYS[1], 'XX', 'CH', now + ARGV[3], ARGV[1]) + 1
-    \"\"\"
-    ms = max(1, int(lease_s * 1000))
-    return r.eval(script, 2, INFLIGHT, JOBS, job_id, int(attempt), ms) > 0
-""")]}),
     # POLICY "miss": a stale claim is closed without sending
-    "claims_policy_miss": dict(
-        assignment="idempotent_claims",
-        edits={"myclaims": [
-            ('POLICY = "hold"', 'POLICY = "miss"'),
-            ("    # older than the lease: the policy written down in advance (hold)\n"
-             "    db.run(\"INSERT INTO held_operations (job_type, operation_key, "
-             "held_at)\"\n"
-             "           \" VALUES (?, ?, ?) ON CONFLICT (job_type, operation_key) "
-             "DO NOTHING\",\n"
-             "           (JOB_TYPE, key, now))\n"
-             "    return \"held\"\n",
-             "    complete(db, op_id, now)      # stale: give the email up (miss)\n"
-             "    return \"missed\"\n")]}),
     "a2_alt_streams": dict(
         assignment="claim_ack_reap",
         edits={"myqueue": [("cell", "%%writefile myqueue.py\n" + ALT_STREAMS)]}),
