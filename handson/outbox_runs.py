@@ -35,6 +35,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import statistics
 import tempfile
 import threading
@@ -321,20 +322,33 @@ def _commit_and_poll(bench: Bench, db: Database, loop: str, commits: list,
 
 def out_of_order(bench: Bench, loop: str, writers: int = 8, seed: int = 3
                  ) -> OrderRun:
-    """Ids taken in order 1..W, commits in a shuffled order, a poll after each."""
+    """Ids taken in order 1..W (shifted, for a learner's module), commits in a
+    shuffled order, a poll after each."""
     db = bench.fresh()
     conns = [Database(bench.target) for _ in range(writers)]
+    # a learner's relay sees ids and documents shifted by the run's own offsets
+    first, doc = ((outbox_trips.offset(), outbox_trips.offset()) if bench.module
+                  else (0, 0))
     try:
+        db.run("UPDATE outbox_seq SET n = ?", (first,))
         ids = [outbox.next_outbox_id(c) for c in conns]
         order = list(range(writers))
         random.Random(seed).shuffle(order)
-        commits = [lambda i=i: outbox.save_with_id(conns[i], ids[i], i,
-                                                   f"document {i}") for i in order]
+        commits = [lambda i=i: _save(conns[i], ids[i], doc + i) for i in order]
         return _commit_and_poll(bench, db, loop, commits, [ids[i] for i in order])
     finally:
         for c in conns:
             c.close()
         db.close()
+
+
+def _save(db: Database, outbox_id: int, doc_id: int) -> None:
+    """A writer's commit; WorkerError if what the module left stops it."""
+    try:
+        outbox.save_with_id(db, outbox_id, doc_id, f"document {doc_id}")
+    except sqlite3.Error as err:
+        raise WorkerError(outbox_trips.writer_failed(db, outbox_id, doc_id, err)
+                          ) from None
 
 
 def out_of_order_natural(bench: Bench, loop: str, writers: int = 8, seed: int = 3
