@@ -83,6 +83,8 @@ CAUGHT_BY = {
     "delivery/after_work_sink_shared": "ack_after_work",
     "delivery/key_includes_attempt": "dedup_key_stable",
     "delivery/key_cached_per_worker": "dedup_key_stable",
+    "delivery/key_hash_of_string": "dedup_key_stable",
+    "delivery/key_counter_per_worker": "dedup_key_stable",
     "delivery/in_tx_key_after_effect": "dedup_in_tx",
     "delivery/in_tx_trusts_crash_flag": "dedup_in_tx",
     "delivery/in_tx_keys_kept_between_calls": "dedup_in_tx",
@@ -90,9 +92,11 @@ CAUGHT_BY = {
     "delivery/window_off_by_one": "window_escapes",
     "delivery/window_ignores_max_delay": "window_escapes",
     "delivery/window_state_at_module_level": "window_escapes",
+    "delivery/window_fixed_seed": "window_escapes",
     "delivery/lease_counts_slow_only": "lease_doubles",
     "delivery/lease_fixed_seed": "lease_doubles",
     "delivery/lease_rng_at_module_level": "lease_doubles",
+    "delivery/lease_ignores_n": "lease_doubles",
 }
 # What the catching check says: the step and what ran beside it.
 RIVAL_STEP = "while a rival host's"
@@ -121,6 +125,10 @@ SAYS = {
     "delivery/in_tx_trusts_crash_flag": "delivery 1 ran, then delivery 2 ran",
     "delivery/outside_tx_keys_per_delivery": "delivery 1 ran, then delivery 2 ran",
     "delivery/key_cached_per_worker": "(fresh worker) !=",
+    "delivery/key_hash_of_string": "(fresh worker) !=",
+    "delivery/key_counter_per_worker": "(fresh worker) !=",
+    "delivery/window_fixed_seed": "differs from the page's",
+    "delivery/lease_ignores_n": "differs from the page's",
     "delivery/lease_rng_at_module_level": "on the call again",
     "delivery/window_state_at_module_level": "on the call again",
 }

@@ -19,9 +19,12 @@ Each function is also called again, as a long-running worker calls it: every
 design twice on one short stream of new jobs, some delivered again after their
 own delivery ran or crashed (the dedups must refuse them, and the second call
 must find no state the first one left); window_escapes and lease_doubles once
-more with arguments they already had. The grader (not a kernel, which is one
-process) asks a fresh host for dedup_key(j, 2), as the redelivery's worker,
-and compares it with attempt 1's key from the first host.
+more with arguments they already had, and once with a seed (an n) the page's
+table never varies, judged by the page's own function run with it. The grader
+(not a kernel, which is one process) starts a fresh host, a new interpreter
+with its own hash seed and random state, as the redelivery's worker: it asks
+for dedup_key(j, 2), first of a job no host keyed, then backwards, and
+compares each with attempt 1's key from the first host.
 
 `evaluate_file` grades a module that defines the functions (MODULE_FILE: the
 notebook's cells as `cells_module` writes them, or a corpus module) through
@@ -72,6 +75,8 @@ ALT_DELAY, ALT_WINDOWS = 1_000, (500, 1_000)      # the claim on another max del
 LEASES = (5, 15, 30, 60, 300)
 QUICK_LEASES = (5, 300)
 ALT_SEED, ALT_LEASES = 7, (5, 60)
+SEED_WINDOW = 1_000                  # window_escapes once with seed ALT_SEED
+N_LEASE, ALT_LEASE_N = 15, 5_000     # lease_doubles once with another n
 ALT_CRASH, ALT_N = 0.05, 5_000       # a second crash stream, shorter: its claims
 CALL_LIMIT_S = 20
 KEY_JOBS = (0, 7, 123, 19_999)
@@ -160,11 +165,35 @@ def redeliveries() -> list[tuple[int, bool]]:
     """A short stream of jobs the page's stream never holds: each delivered
     once, then some delivered again after their own delivery, the one that
     ran or the one that crashed (a broker redelivers a job whose ack it never
-    got); some crash on that second delivery too."""
+    got); some that ran crash on that second delivery. None crashes twice:
+    on the page a crash kills the worker mid-job once (`dispatch`), so a
+    design built from the page's Broker and one that reads `crashes` per
+    delivery (block 1) must agree on every job."""
     from handson.c01_job_scheduler import N
 
     first = [(N + i, i % 4 == 1) for i in range(SHORT_JOBS)]
-    return first + [(N + i, i % 3 == 2) for i in SHORT_AGAIN]
+    return first + [(N + i, i % 3 == 2 and not first[i][1]) for i in SHORT_AGAIN]
+
+
+def fresh_order() -> list[int]:
+    """The fresh worker's calls: first a job no stream holds, then the keyed
+    jobs backwards, so a key numbered or drawn in the order one process met
+    the jobs comes out another way there."""
+    from handson.c01_job_scheduler import N
+
+    return [N + SHORT_JOBS, *reversed(KEY_JOBS)]
+
+
+def _fresh_keys(ns, fresh) -> dict:
+    """dedup_key(j, 2) for the keyed jobs, asked of a new worker process."""
+    problem = fresh()
+    if problem:
+        return {"error": "the fresh worker process (another interpreter, as "
+                         "the redelivery's worker) could not load the module: "
+                         + problem}
+    got = {str(j): _call(ns, "dedup_key", j, 2) for j in fresh_order()}
+    return {"keys": {j: {"a2": repr(r["value"])} if "value" in r else r
+                     for j, r in got.items() if int(j) in KEY_JOBS}}
 
 
 def observe(ns: dict, quick: bool = False, out_path: str | None = None) -> dict:
@@ -208,17 +237,18 @@ def observe(ns: dict, quick: bool = False, out_path: str | None = None) -> dict:
         keys = {"pairs": keys, "distinct": len({repr(k) for k in firsts}) == 3}
     record("dedup_key", keys)
     fresh = getattr(ns, "fresh", None)     # the grader's host; not in a kernel
-    if fresh is not None and "pairs" in keys:
-        fresh()
-        got = {str(j): _call(ns, "dedup_key", j, 2) for j in KEY_JOBS}
-        record("dedup_key:fresh", {j: {"a2": repr(r["value"])} if "value" in r
-                                   else r for j, r in got.items()})
+    if fresh is None:
+        record("dedup_key:fresh", {"one_process": True})
+    elif "pairs" in keys:
+        record("dedup_key:fresh", _fresh_keys(ns, fresh))
     for w in (QUICK_WINDOWS if quick else WINDOWS):
         record(f"window:{w}:2000", _call(ns, "window_escapes", w, 2000, 17))
     if not quick:
         for w in ALT_WINDOWS:
             record(f"window:{w}:{ALT_DELAY}",
                    _call(ns, "window_escapes", w, ALT_DELAY, 17))
+        record(f"window:{SEED_WINDOW}:2000:{ALT_SEED}",
+               _call(ns, "window_escapes", SEED_WINDOW, 2000, ALT_SEED))
     windows = QUICK_WINDOWS if quick else WINDOWS
     record(f"window:{windows[0]}:2000:again",
            _call(ns, "window_escapes", windows[0], 2000, 17))
@@ -230,6 +260,8 @@ def observe(ns: dict, quick: bool = False, out_path: str | None = None) -> dict:
         for t in ALT_LEASES:
             record(f"lease:{t}:{ALT_SEED}", _call(ns, "lease_doubles", t, 20_000,
                                                   ALT_SEED))
+        record(f"lease:{N_LEASE}:31:{ALT_LEASE_N}",
+               _call(ns, "lease_doubles", N_LEASE, ALT_LEASE_N, 31))
     return json.loads(json.dumps(obs, default=repr))
 
 
@@ -270,7 +302,10 @@ def _reference() -> dict:
     leases = {(t, 31): c01.lease_doubles(t, seed=31) for t in LEASES}
     leases.update({(t, ALT_SEED): c01.lease_doubles(t, seed=ALT_SEED)
                    for t in ALT_LEASES})
+    short_n = c01.lease_doubles(N_LEASE, n=ALT_LEASE_N, seed=31)
+    sink, _ = c01.late_redelivery(SEED_WINDOW, delay_seed=ALT_SEED)
     return {"rows": rows, "windows": windows, "leases": leases, "n": c01.N,
+            "window_seed": sink.stats(c01.N)[2], "lease_n": short_n,
             "crashed": {"page": sorted(j for j, c in page if c),
                         "alt": sorted(j for j, c in alt if c)}}
 
@@ -445,20 +480,26 @@ def _keys(check: Check, obs: dict):
         return outcome(check, False, "Different jobs get the same key, so the dedup "
                        "would drop real work.", "distinct keys for jobs 0, 7, 123",
                        "some are equal")
-    for j, res in obs.get("dedup_key:fresh", {}).items():
+    fresh = obs.get("dedup_key:fresh",
+                    {"error": "dedup_key() was not run in a fresh worker process"})
+    if "error" in fresh:
+        return outcome(check, False, fresh["error"])
+    for j, res in fresh.get("keys", {}).items():
         if "error" in res:
             return outcome(check, False, "In a fresh worker process: "
                            + res["error"])
         if res["a2"] != k["pairs"][j]["a1"]:
             return outcome(check, False,
                            f"dedup_key({j}, 2) was computed in a fresh worker "
-                           "process (the redelivery's worker, which never keyed "
-                           f"attempt 1) while the worker of attempt 1 had "
-                           f"computed dedup_key({j}, 1): the keys differ, so the "
+                           "process (the redelivery's worker: another "
+                           "interpreter, with its own hash seed and random "
+                           "state, that met the jobs in another order) while "
+                           f"the worker of attempt 1 had computed "
+                           f"dedup_key({j}, 1): the keys differ, so the "
                            "redelivery finds no key. The key depends on "
                            "something one process kept or drew (a cache, a "
-                           "counter, a uuid, hash() of a string); build it from "
-                           "the job id alone.",
+                           "counter, a uuid or random draw, hash() of a "
+                           "string); build it from the job id alone.",
                            f"dedup_key({j}, 2) == {k['pairs'][j]['a1']}",
                            f"{res['a2']} (fresh worker) != "
                            f"{k['pairs'][j]['a1']} (attempt 1's worker)")
@@ -484,7 +525,10 @@ def _repeated(check: Check, obs: dict, key: str, call: str):
     first, again = obs.get(key, {}), obs.get(f"{key}:again", {})
     if "value" not in first or "value" not in again:
         return None if "error" in first else outcome(
-            check, False, again.get("error", f"{call} was not run again"))
+            check, False, f"{call} called again (the same arguments, in the "
+            "same process, after the other calls), where the first call "
+            f"returned {first.get('value')}: "
+            + again.get("error", "it was not run again"))
     if again["value"] == first["value"]:
         return None
     return outcome(check, False,
@@ -530,6 +574,25 @@ def _windows(check: Check, obs: dict, ref: dict, quick: bool):
                            f"window {ALT_WINDOWS[0]}: > 0, window {ALT_WINDOWS[1]}: 0",
                            f"window {ALT_WINDOWS[0]}: {small}, "
                            f"window {ALT_WINDOWS[1]}: {exact}")
+        return _other_arg(check, obs, f"window:{SEED_WINDOW}:2000:{ALT_SEED}",
+                          f"window_escapes({SEED_WINDOW}, 2000, seed={ALT_SEED})",
+                          ref["window_seed"], "the page's late_redelivery with "
+                          f"delay seed {ALT_SEED}: the delays do not come from "
+                          "`seed` (a fixed seed?). Seed one random.Random with "
+                          "`seed` inside the call.")
+    return outcome(check, True)
+
+
+def _other_arg(check: Check, obs: dict, key: str, call: str, want: int,
+               why: str):
+    """One call with an argument the page's table never varies, judged by
+    the page's own function run with it at grade time."""
+    res = obs.get(key, {"error": f"{call} was not run"})
+    if "error" in res:
+        return outcome(check, False, res["error"])
+    if res["value"] != want:
+        return outcome(check, False, f"{call} differs from {why}", str(want),
+                       str(res["value"]))
     return outcome(check, True)
 
 
@@ -563,7 +626,13 @@ def _leases(check: Check, obs: dict, ref: dict, quick: bool):
                        "with `seed`); without renewal a job longer than the lease "
                        "is redelivered and runs twice.", "; ".join(exp),
                        "; ".join(got))
-    return outcome(check, True)
+    if quick:
+        return outcome(check, True)
+    return _other_arg(check, obs, f"lease:{N_LEASE}:31:{ALT_LEASE_N}",
+                      f"lease_doubles({N_LEASE}, n={ALT_LEASE_N}, seed=31)",
+                      ref["lease_n"], f"the page's lease_doubles over "
+                      f"{ALT_LEASE_N:,} jobs: does it draw `n` jobs, not a "
+                      "fixed count?")
 
 
 def judge(obs: dict, quick: bool = False) -> list:
@@ -687,9 +756,17 @@ class _Remote(dict):
     def module_functions(self) -> dict:
         return self.module._host.functions
 
-    def fresh(self) -> None:
-        """The next call runs in a new host, as a redelivery's other worker."""
-        self.module._host.close()
+    def fresh(self) -> str | None:
+        """The next calls run in a new host, as a redelivery's other worker:
+        started now, so its load is timed by the start limit, not by a call's;
+        None, or why it could not load (the old host then stays)."""
+        from handson.infra import remote_module
+
+        try:
+            self.module.restart(cold=True)
+        except remote_module.ModuleProblem as err:
+            return str(err)
+        return None
 
 
 def observe_remote(cells_path: str, quick: bool) -> dict:
@@ -755,13 +832,15 @@ def evaluate(workdir, redis_url: str, quick: bool) -> Evaluation:
 
 def _expected_keys(quick: bool) -> list[str]:
     keys = [f"{d}:{k}" for d in DESIGNS for k in ("page", "short", "again")]
-    keys += ["dedup_key"]
+    keys += ["dedup_key", "dedup_key:fresh"]
     keys += [f"window:{w}:2000" for w in (QUICK_WINDOWS if quick else WINDOWS)]
     keys += [f"lease:{t}:31" for t in (QUICK_LEASES if quick else LEASES)]
     if not quick:
         keys += [f"{d}:alt" for d in DESIGNS]
         keys += [f"window:{w}:{ALT_DELAY}" for w in ALT_WINDOWS]
         keys += [f"lease:{t}:{ALT_SEED}" for t in ALT_LEASES]
+        keys += [f"window:{SEED_WINDOW}:2000:{ALT_SEED}",
+                 f"lease:{N_LEASE}:31:{ALT_LEASE_N}"]
     return keys
 
 

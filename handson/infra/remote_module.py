@@ -34,6 +34,7 @@ import inspect
 import json
 import os
 import queue
+import random
 import socket
 import subprocess
 import sys
@@ -146,12 +147,14 @@ os.register_at_fork(after_in_child=lambda: _HOSTS_LOCK.__setitem__(
     0, threading.Lock()))
 
 
-def _start_host(prefix: list[str], cmd: list[str], env: dict, cwd: str | None):
+def _start_host(prefix: list[str], cmd: list[str], env: dict, cwd: str | None,
+                warm: bool = True):
     """The host process: a fork of the run's warm-start server of hosts, whose
     launcher runs the host script in the confined process (the 0.4 s of CPU a
     fresh interpreter spent importing redis-py is spent once per run); or
-    Popen, for a prefix that is not the sandbox's or a server that cannot."""
-    workdir = confined_workdir(prefix)
+    Popen, for a prefix that is not the sandbox's or a server that cannot, or
+    when not `warm` (a fork shares the server's hash seed and random state)."""
+    workdir = confined_workdir(prefix) if warm else None
     if workdir is not None:
         proc = _forked_host(workdir, prefix, cmd, env, cwd)
         if proc is not None:
@@ -301,12 +304,18 @@ class _Host:
     """One learner process, the pipe to it, and the calls waiting for replies."""
 
     def __init__(self, spec: str, prefix: list[str], what: str,
-                 cwd: str | None = None):
+                 cwd: str | None = None, cold: bool = False):
         self.spec, self.what = spec, what
         env = {k: v for k, v in os.environ.items() if k not in (ENV, SKEW_ENV)}
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = ROOT + (os.pathsep + path if path else "")
-        self.proc = _start_host(prefix, [sys.executable, HOST, spec], env, cwd)
+        if cold:        # a new interpreter, with a hash seed of its own
+            seed = f"PYTHONHASHSEED={random.SystemRandom().randrange(1, 1 << 32)}"
+            env.update([seed.split("=")])
+            if prefix[-1:] == ["--"] and confined_workdir(prefix) is not None:
+                prefix = [*prefix[:-1], "--env", seed, "--"]
+        self.proc = _start_host(prefix, [sys.executable, HOST, spec], env, cwd,
+                                warm=not cold)
         self.write_lock = threading.Lock()
         try:                # the host's settings, read before the module loads
             self._send({"host": {"parent": os.getpid(), "direct": not prefix,
@@ -523,6 +532,17 @@ class RemoteModule:
                 self._host = _Host(self._spec, self._prefix, self._what, self._cwd)
                 self._pid = os.getpid()
             return self._host
+
+    def restart(self, cold: bool = False) -> None:
+        """A new host now, its load under the start limit (ModuleProblem if
+        it cannot load: the old host then stays); `cold`: a new interpreter
+        with its own hash seed and random state, as another machine's worker."""
+        host = _Host(self._spec, self._prefix, self._what, self._cwd, cold)
+        with self._lock:
+            old, ours = self._host, self._pid == os.getpid()
+            self._host, self._pid = host, os.getpid()
+        if ours:                # a forked child's old host is its parent's
+            old.close()
 
     def _call(self, fn: str, args: tuple, kwargs: dict,
               timeout: float = CALL_TIMEOUT_S):
