@@ -34,6 +34,7 @@ CAUGHT_BY = {
     "fail_no_fence": "zombie_fail_refused",
     "ack_after_own_fail": "zombie_ack_refused",
     "extend_after_own_fail": "zombie_extend_refused",
+    "fail_requeues_extend_zadd": "zombie_extend_refused",
     "dead_without_reason": "poison_to_dlq_with_reason",
     "attempts_second_trip": "killed_between_replies",
     "claim_two_trips": "killed_between_replies",

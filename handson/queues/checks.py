@@ -96,10 +96,14 @@ def _after_own_fail(q, r, job_id: str) -> int:
 
 def _retried_after(q, r, job_id: str, attempt: int, call: str) -> None:
     """The next reap after the lease ran out must requeue the failed job (not
-    find it done, alive or dead), and the next claim is the next attempt."""
+    find it done, alive or dead), unless fail put it back itself, and the next
+    claim is the next attempt."""
     reaped = _expire_and_reap(q, r)
-    _need(reaped == (1, 0), f"after attempt {attempt}'s own fail and then its "
-          f"{call}, reap returned {reaped} (a failed job is retried: (1, 0))",
+    # (0, 0): a fail that requeues at once left the reap nothing to take back;
+    # the claim below tells that from a job wrongly done.
+    _need(reaped in ((1, 0), (0, 0)), f"after attempt {attempt}'s own fail and "
+          f"then its {call}, reap returned {reaped} (a failed job is retried: "
+          "(1, 0), or (0, 0) if fail already put it back)",
           f"a refused {call} changes nothing: the failed attempt's job goes back "
           "to pending at the next reap, neither done nor with its lease revived")
     again = q.claim(r, 30)
