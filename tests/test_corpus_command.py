@@ -65,6 +65,7 @@ CAUGHT_BY = {
     "heartbeats/extend_no_fence": "zombie_extend_refused",
     "heartbeats/extend_worker_clock": "deadline_from_server_clock",
     "heartbeats/interval_equals_lease": "long_jobs_run_once",
+    "heartbeats/beats_in_bursts": "long_jobs_run_once",
     "heartbeats/thread_never_joined": "long_jobs_run_once",
     "heartbeats/thread_started_after_work": "stops_when_lease_lost",
     "heartbeats/never_stops_work": "stops_when_lease_lost",

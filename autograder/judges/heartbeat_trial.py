@@ -538,12 +538,26 @@ def _cadence_once(q, r) -> dict:
             "error": error}
 
 
+def _bursts_merged(gaps: list, close: float) -> list:
+    """Gaps with beats closer than `close` taken as one beat: two beats sent
+    back to back every so often must not halve the median gap."""
+    out, carry = [], (0.0, 0.0)
+    for raw, own in gaps:
+        raw, own = raw + carry[0], own + carry[1]
+        if raw < close:
+            carry = (raw, own)
+            continue
+        out.append((raw, own))
+        carry = (0.0, 0.0)
+    return out
+
+
 def cadence_problem(run: dict) -> str:
     """What is wrong with the beats' cadence ('' if nothing). Whole gaps (from
     the call or a beat to the next beat) are judged by their median, so one beat
     held now and then is no fault; the gap before the work ended, too, must
     stay under a lease."""
-    lease, gaps = run["lease"], run["gaps"]
+    lease, gaps = run["lease"], _bursts_merged(run["gaps"], run["lease"] / 10)
     if not gaps:
         return (f"extend was never called in {run['work']:g} s of work on a "
                 f"{lease:g} s lease")

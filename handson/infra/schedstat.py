@@ -151,6 +151,13 @@ class ThreadWaits(Waits):
         self.busy = busy
         self.snaps: list[dict] = []
 
+    def __enter__(self) -> ThreadWaits:
+        # The hosts' threads from the start: a first sample of this process
+        # alone would excuse their waiting from before the trial in its first gap.
+        self._sample(self._pids())
+        self._thread.start()
+        return self
+
     def _sample(self, pids: list[int]) -> None:
         snap = {}
         for pid in pids:
