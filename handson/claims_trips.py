@@ -16,6 +16,7 @@ fresh process per delivery would hide shows there.
 from __future__ import annotations
 
 import os
+import sqlite3
 import tempfile
 from dataclasses import dataclass
 
@@ -131,22 +132,10 @@ def _fresh_mail(target: str, mail: Mailbox):
     return fresh
 
 
-def with_rivals(target: str, job: str, key: str, now: float, workdir: str,
-                provider: str = "plain") -> dict:
-    """Two hosts of the learner's module, shared by three runs (a host's
-    start is most of their cost): each job stopped after each of its SQL
-    statements while the same delivery runs to its end in the other host
-    ("interleaved": award_points, "confirmation_interleaved":
-    send_confirmation), then one worker's deliveries on one connection
-    ("one_worker", `one_worker`); plain data for each."""
-    try:
-        learner, other = hosts(target, job, "your job", 2)
-    except Unrunnable as err:
-        return {name: {"error": str(err)} for name in
-                ("interleaved", "confirmation_interleaved", "one_worker")}
-    ldb, rdb = database(target), database(target, RIVAL_WAIT_S)
+def _scenes(target: str, learner, other, ldb, rdb, mail: Mailbox,
+            key: str, now: float) -> dict:
+    """The three runs, by name, each a callable."""
     lease = confirmation_job.LEASE_S
-    mail = Mailbox(workdir, provider)
     points = Scene("award_points", lambda db: None,
                    lambda: learner.award_points(ldb, key, now, lease, PAUSE),
                    lambda db: _points_once(db, key), RIVAL_RAN, FIX_RIVAL,
@@ -157,30 +146,96 @@ def with_rivals(target: str, job: str, key: str, now: float, workdir: str,
                   lambda db: _one_email(mail, db), RIVAL_RAN, FIX_MAIL_RIVAL,
                   rival=lambda: other.send_confirmation(rdb, mail.caller, key,
                                                         now, lease, PAUSE))
+    return {
+        "interleaved": (points.fn, lambda: run_scenes(
+            Stores(_fresh(target), TABLES), learner, [points], each=each_stop)),
+        "confirmation_interleaved": (email.fn, lambda: run_scenes(
+            Stores(_fresh_mail(target, mail), TABLES), learner, [email],
+            each=each_stop)),
+        "one_worker": ("the deliveries", lambda: one_worker(
+            learner, ldb, _fresh_mail(target, mail), mail, key, now, target))}
+
+
+def with_rivals(target: str, job: str, key: str, now: float, workdir: str,
+                provider: str = "plain") -> dict:
+    """Two hosts of the learner's module for each of three runs: each job
+    stopped after each of its SQL statements while the same delivery runs to
+    its end in the other host
+    ("interleaved": award_points, "confirmation_interleaved":
+    send_confirmation), then one worker's deliveries on one connection
+    ("one_worker", `one_worker`); plain data for each. Each run starts on
+    new processes, so nothing one leaves behind is blamed on the next; one
+    that leaves a transaction open fails for it."""
     try:
-        return {
-            "interleaved": run_scenes(Stores(_fresh(target), TABLES), learner,
-                                      [points], each=each_stop),
-            "confirmation_interleaved": run_scenes(
-                Stores(_fresh_mail(target, mail), TABLES), learner, [email],
-                each=each_stop),
-            "one_worker": one_worker(learner, ldb, _fresh_mail(target, mail),
-                                     mail, key, now)}
+        learner, other = hosts(target, job, "your job", 2)
+    except Unrunnable as err:
+        return {name: {"error": str(err)} for name in
+                ("interleaved", "confirmation_interleaved", "one_worker")}
+    ldb, rdb = database(target), database(target, RIVAL_WAIT_S)
+    mail = Mailbox(workdir, provider)
+    out = {}
+    try:
+        for name, (fn, run) in _scenes(target, learner, other, ldb, rdb, mail,
+                                       key, now).items():
+            if out:             # their next calls start new processes: no
+                learner.close()     # connection, no transaction, nothing
+                other.close()       # of the run before carries on
+            out[name] = run()
+            if left_open(target):
+                out[name] = _left_open(out[name], fn)
+        return out
     finally:
         learner.close()
         other.close()
         mail.mailer.close()
 
 
+FIX_OPEN = ("end every transaction you begin on every path, ROLLBACK when the "
+            "work raises (`with db.transaction():` does both): a worker keeps "
+            "its connection, and a transaction left open holds the write lock "
+            "and carries into its next delivery")
+
+
+def left_open(target: str) -> bool:
+    """Whether a connection still holds a transaction: the write lock, or a
+    read one that keeps the log from being emptied. Once the learner's calls
+    have returned, nothing of theirs may hold either."""
+    db = Database(target, RIVAL_WAIT_S)
+    try:
+        db.run("BEGIN IMMEDIATE")
+        db.run("ROLLBACK")
+        return db.query("PRAGMA wal_checkpoint(TRUNCATE)")[0][0] != 0
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        db.close()
+
+
+def _left_open(data: dict, fn: str) -> dict:
+    """A run that passed but left the write lock held fails for that."""
+    if data.get("error") or data.get("failed"):
+        return data
+    return {"kills": data["kills"], "failed": {
+        "function": fn, "round_trip": sum(data["kills"].values()),
+        "schedule": f"once {fn} had returned, its worker's connection still held "
+                    "a transaction open: the database stayed locked",
+        "fix": FIX_OPEN}}
+
+
 # --- one long-running worker --------------------------------------------------
 
 OTHER_KEY = "ORD-1002"
 FIX_CONNECTION = ("decide from what THIS call's statements return (the "
-                  "RETURNING row of your claim, a transaction that rolls back "
-                  "when the work raises), never from what the connection "
-                  "remembers (last_insert_rowid(), changes(), a cached row, a "
-                  "transaction left open): a worker keeps one connection for "
-                  "every delivery")
+                  "RETURNING row of your claim, changes() right after it, a "
+                  "transaction that rolls back when the work raises), never from "
+                  "what the connection remembers (last_insert_rowid(), "
+                  "total_changes(), a cached row, a transaction left open): a "
+                  "worker keeps one connection for every delivery")
+FIX_DIED = ("a worker lives through every delivery: your job ended its process "
+            "(a crash, an exit, or no answer in time) where it should have "
+            "returned or raised")
+JOBS = {"send_confirmation": confirmation_job.JOB_TYPE,
+        "award_points": confirmation_job.POINTS_JOB}
 
 
 class FailAt:
@@ -221,73 +276,102 @@ def deliveries(key: str) -> list[Delivery]:
                  "its own failure")]
 
 
-def _want(done: list[Delivery], keys) -> tuple[int, dict[str, int]]:
-    """Emails and ledger rows per order after the deliveries that worked."""
-    emails = {d.key for d in done if d.fn == "send_confirmation"}
-    points = {d.key for d in done if d.fn == "award_points"}
-    return len(emails), {k: int(k in points) for k in keys}
+def _left(db: Database, mail: Mailbox, keys) -> dict:
+    """(job, key) -> (its emails or ledger rows, its record's status)."""
+    out = {}
+    for fn, job in JOBS.items():
+        status = {r.operation_key: r.status for r in claims.records(db, job)}
+        for k in keys:
+            n = (mail.mailer.count(k) if fn == "send_confirmation"
+                 else confirmation_job.ledger(db, k))
+            out[fn, k] = (n, status.get(k, "none"))
+    return out
 
 
-def _left(db: Database, mail: Mailbox, keys) -> tuple[int, dict[str, int]]:
-    return mail.sent(), {k: confirmation_job.ledger(db, k) for k in keys}
+def _off(left: dict, done: set, tried: set) -> str:
+    """What exactly-once forbids: an effect twice; none, or a record not
+    completed, for a delivery that finished; an effect nobody asked for. A
+    failed attempt may leave its effect (it may have committed before it
+    failed); then the redelivery must not add another."""
+    parts = []
+    for (fn, k), (n, status) in left.items():
+        what = "email(s)" if fn == "send_confirmation" else "ledger row(s)"
+        if (fn, k) in done:
+            if n != 1:
+                parts.append(f"{n} {what} for {k} where 1 was due")
+            elif status != "completed":
+                parts.append(f"the {fn} record of {k} {status} where completed "
+                             "was due")
+        elif (fn, k) in tried and n > 1:
+            parts.append(f"{n} {what} for {k} where at most 1 was due")
+        elif (fn, k) not in tried and n:
+            parts.append(f"{n} {what} for {k} where none was due")
+    return " and ".join(parts)
 
 
 def _said(d: Delivery, n: int, now: float) -> str:
     return f"delivery {n} ({d.fn} {d.key} at +{d.at - now:g} s: {d.what})"
 
 
-def one_worker(learner, ldb, fresh, mail: Mailbox, key: str,
-               now: float) -> dict:
+def _deliver(learner, ldb, mail: Mailbox, d: Delivery) -> tuple[str, bool]:
+    """One delivery: (what went wrong in it, whether its work failed as the
+    grader made it); the host's death is what went wrong too."""
+    pause = FailAt(d.fail_at) if d.fail_at else confirmation_job._no_pause
+    args = (ldb, mail.caller) if d.fn == "send_confirmation" else (ldb,)
+    try:
+        getattr(learner, d.fn)(*args, d.key, d.at, confirmation_job.LEASE_S,
+                               remote_module.Caller(pause, name="pause"))
+    except remote_module.LearnerError as err:
+        if not (d.fail_at and pause.fired):
+            return f"raised {type(err).__name__}: {err}", False
+    except remote_module.LearnerProcessDied as err:
+        return f"ended its worker: {err}", False
+    return "", bool(d.fail_at and pause.fired)
+
+
+def one_worker(learner, ldb, fresh, mail: Mailbox, key: str, now: float,
+               target: str) -> dict:
     """The deliveries one after another in ONE host on ONE connection, as a
-    long-running worker makes them; after each, every effect once: {"kills":
-    {"deliveries": n}, "failed"} (the round-trip checks' shape) or {"error"}."""
-    db = fresh()
-    done: list[Delivery] = []
+    long-running worker makes them; after each, every effect once and no
+    transaction left open: {"kills": {"deliveries": n}, "failed"} (the
+    round-trip checks' shape) or {"error"}."""
+    try:
+        db = fresh()
+    except sqlite3.Error as err:
+        return {"error": "the deliveries on one connection could not start: the "
+                         f"database stayed locked ({err}) after the runs before"}
+    done: set = set()
+    tried: set = set()
     said: list[str] = []
     try:
         for n, d in enumerate(deliveries(key), 1):
             d.at += now
-            pause = FailAt(d.fail_at) if d.fail_at else confirmation_job._no_pause
-            args = (ldb, mail.caller) if d.fn == "send_confirmation" else (ldb,)
-            raised = ""
-            try:
-                getattr(learner, d.fn)(*args, d.key, d.at, confirmation_job.LEASE_S,
-                                       remote_module.Caller(pause, name="pause"))
-            except remote_module.LearnerError as err:
-                raised = f"{type(err).__name__}: {err}"
-            failed = d.fail_at and pause.fired
-            if raised and not failed:
-                return _broke(said, d, _said(d, n, now), f"it raised {raised}")
+            problem, failed = _deliver(learner, ldb, mail, d)
+            tried.add((d.fn, d.key))
             if not failed:
-                done.append(d)
-            want = _want(done, (key, OTHER_KEY))
-            got = _left(db, mail, want[1])
-            if got != want:
-                return _broke(said, d, _said(d, n, now), _differ(got, want))
+                done.add((d.fn, d.key))
+            if not problem and left_open(target):
+                problem = ("returned with a transaction still open on the "
+                           "worker's connection (the database stayed locked)")
+            if not problem:
+                off = _off(_left(db, mail, (key, OTHER_KEY)), done, tried)
+                problem = off and f"left {off}"
+            if problem:
+                return _broke(said, d, _said(d, n, now), problem)
             said.append(_said(d, n, now))
     finally:
         db.close()
     return {"kills": {"deliveries": len(said)}, "failed": None}
 
 
-def _differ(got: tuple, want: tuple) -> str:
-    """Only what is off: the emails, the ledger rows, or both."""
-    parts = []
-    if got[0] != want[0]:
-        parts.append(f"{got[0]} email(s) in all where {want[0]} were due")
-    if got[1] != want[1]:
-        parts.append(f"ledger rows {got[1]} where {want[1]} were due")
-    return " and ".join(parts)
-
-
 def _broke(before: list[str], d: Delivery, this: str, problem: str) -> dict:
     ran = (f"{len(before)} deliver{'ies' if len(before) > 1 else 'y'}, the "
            f"last {before[-1]}," if before else "nothing")
-    verb = "raised" if problem.startswith("it raised") else "left"
-    problem = problem.removeprefix("it raised ")
+    fix = (FIX_OPEN if "still open" in problem else
+           FIX_DIED if problem.startswith("ended") else FIX_CONNECTION)
     return {"kills": {"deliveries": len(before)}, "failed": {
         "function": d.fn, "round_trip": len(before) + 1,
         "schedule": f"one worker kept one connection across deliveries, as a "
                     f"long-running worker does: after {ran} on that "
-                    f"connection, {this} {verb} {problem}",
-        "fix": FIX_CONNECTION}}
+                    f"connection, {this} {problem}",
+        "fix": fix}}

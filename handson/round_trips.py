@@ -18,6 +18,7 @@ trips on the same state.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -150,11 +151,13 @@ def each_stop(stores: Stores, learner, s: Scene) -> tuple[int, dict | None]:
     db = stores.fresh()
     try:
         s.setup(db)
+        before = _state(stores, db, None)
         # a plain run: the round trips, named; armed as the stops will be, so
         # its host counts the Redis replies among them too
         learner.arm_pause("steps", lambda k: None)
         s.call()
         trail = learner.trail(s.fn)
+        _hidden(s.fn, before, _state(stores, db, None), trail)
     finally:
         db.close()
     stops = 0
@@ -203,6 +206,10 @@ def run_scenes(stores: Stores, learner, scenes: list[Scene],
         except (remote_module.LearnerError, remote_module.LearnerProcessDied,
                 RuntimeError) as err:
             return {"error": f"{scene.fn}: {type(err).__name__}: {err}"}
+        except sqlite3.Error as err:    # a fresh start found it locked
+            return {"error": f"{scene.fn}: the database stayed locked after a "
+                             f"run ({err}): a transaction left open on the "
+                             "worker's connection?"}
         if failed:
             return {"kills": kills, "failed": failed}
     return {"kills": kills, "failed": None}
