@@ -157,7 +157,12 @@ def each_stop(stores: Stores, learner, s: Scene) -> tuple[int, dict | None]:
         learner.arm_pause("steps", lambda k: None)
         s.call()
         trail = learner.trail(s.fn)
-        _hidden(s.fn, before, _state(stores, db, None), trail)
+        try:
+            after = _state(stores, db, None)
+        except (sqlite3.Error, trusted_read.Untrusted):
+            after = None    # tables the call broke: the stops' own runs say so
+        if after is not None:
+            _hidden(s.fn, before, after, trail)
     finally:
         db.close()
     stops = 0
