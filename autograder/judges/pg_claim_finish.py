@@ -124,9 +124,12 @@ class Judge:
         return self.conn.transaction()
 
 
+AGE_ORDER = ("j1", "j3", "j2")  # queued in this order: ids do not sort by age
+
+
 def _claim_oldest(q, judge, rival) -> dict:
-    for i in (1, 2, 3):
-        q.enqueue(None, {"doc_id": i}, f"j{i}")
+    for i, job in enumerate(AGE_ORDER, 1):
+        q.enqueue(None, {"doc_id": i}, job)
     claims = [q.claim(None, 30.0) for _ in range(4)]
     lease = judge.execute("SELECT extract(epoch FROM lease_until - "
                           "clock_timestamp()) FROM {pgq_jobs} WHERE id = 'j1'"
@@ -306,7 +309,7 @@ def _finish_interleaved(q, judge, rival) -> dict:
             return {"error": f"claim did not return f{k}, the one job pending"}
         rival_did: dict = {}
         q.arm_pause("steps", lambda done, k=k, did=rival_did:
-                    _rival_takes_over(done, k, did, rival))
+                    _rival_takes_over(done, k, did, rival, f"f{k}"))
         mine = q.finish(None, job[0], job[2], 1, 0.5)
         if "thread" in rival_did:
             rival_did.pop("thread").join(60)
@@ -319,19 +322,24 @@ def _finish_interleaved(q, judge, rival) -> dict:
     return {"steps": steps, "k": None}
 
 
-def _rival_takes_over(done: int, k: int, did: dict, rival) -> None:
-    """At step k: a rival host's reap, claim and (if it got the job) finish,
-    as another worker would; waited for up to BLOCKED_S (it may be blocked
+def _rival_takes_over(done: int, k: int, did: dict, rival, job: str) -> None:
+    """At step k: a rival host's reap, then claims and finishes until it gets
+    the job (an older one a refusing finish left in flight comes first), as
+    another worker would; waited for up to BLOCKED_S (it may be blocked
     behind the stopped finish's locks, which is right)."""
     if done != k or did:
         return
 
     def run() -> None:
         did["reap"] = list(rival.reap(None))
-        got = rival.claim(None, 30.0)
-        did["claim"] = list(got) if got else None
-        if got:
+        for _ in range(MAX_STEPS + 1):      # f0 .. f{k} at most
+            got = rival.claim(None, 30.0)
+            did["claim"] = list(got) if got else None
+            if not got:
+                return
             did["finish"] = rival.finish(None, got[0], got[2], 1, 0.5)
+            if got[0] == job:
+                return
     t = threading.Thread(target=run, daemon=True)
     did["thread"] = t
     t.start()
@@ -439,7 +447,7 @@ def _staged(obs: dict, by: dict) -> list:
         out.append(outcome(c, False, err))
     else:
         got = [x[0] if x else None for x in d["claims"]]
-        ok = (got == ["j1", "j2", "j3", None]
+        ok = (got == [*AGE_ORDER, None]
               and all(x[2] == 1 and x[1] == {"doc_id": i + 1}
                       for i, x in enumerate(d["claims"][:3]))
               and d["lease_left_s"] is not None and 20 < d["lease_left_s"] <= 30)
@@ -448,9 +456,11 @@ def _staged(obs: dict, by: dict) -> list:
             "its attempt, set lease_until = clock_timestamp() + the lease, and "
             "return (id, payload, attempt); None when nothing is pending. The "
             "grader runs your claim on a host whose clock is an hour ahead of "
-            "the server's: a lease from the worker's clock (time.time()) is an "
+            "the server's: a lease from the worker's clock (time.time(), "
+            "datetime.now()) is an "
             "hour off",
-            "j1, j2, j3 at attempt 1, then None; j1's lease about 30 s",
+            f"{', '.join(AGE_ORDER)} (queued in that order) at attempt 1, "
+            "then None; j1's lease about 30 s",
             f"{d['claims']}; j1's lease {d['lease_left_s']} s"))
     d, err = _case(obs, "claim_skips_locked")
     c = by["claim_skips_locked"]
@@ -509,6 +519,9 @@ def _refused(c, d: dict):
             "the claim's transaction (FOR UPDATE SKIP LOCKED)",
             "the rival's claim gets j1 at attempt 2",
             "the rival host's claim returned None with j1 pending")
+    plain = _zombie_then_owner(c, d)
+    if plain is not None:
+        return plain
     twice = d.get("interleaved", {})
     if twice.get("k"):
         did = twice["rival"]
@@ -524,16 +537,6 @@ def _refused(c, d: dict):
             "(fenced on the attempt: it locks the row, so no reap or rival "
             "gets between the fence and the effect)",
             "the effect once", f"{twice['effects']} effect(s) of {twice['job']}")
-    ok = (d["zombie"] is False and d["scores_after_zombie"] == 0
-          and d["owner"] is True and d["scores"] == 1 and d["state"] == "done")
-    if not ok:
-        return outcome(
-            c, False, ONE_TX + ": the expired attempt's ack is refused, so its "
-            "effect must roll back with it",
-            "zombie's finish False with 0 scores; the owner's True, 1 score",
-            f"zombie's finish {d['zombie']!r} with {d['scores_after_zombie']} "
-            f"score(s); the owner's {d['owner']!r}, {d['scores']} score(s), "
-            f"job {d['state']}")
     failed = d.get("after_fail", {})
     if not (failed.get("finish") is False and failed.get("scores") == 0
             and failed.get("state_after_reap") == "pending"
@@ -566,6 +569,27 @@ def _refused(c, d: dict):
         f"finish {done.get('first')!r}, then again {done.get('again')!r} with "
         f"{done.get('effects')} effect(s); after reap "
         f"{done.get('state_after_reap')}; next claim {done.get('next')}")
+
+
+def _zombie_then_owner(c, d: dict):
+    """The plain case first: a finish that refuses every attempt, or accepts
+    a zombie's, is told so, not what a stopped schedule made of it."""
+    zombie_ok = d["zombie"] is False and d["scores_after_zombie"] == 0
+    owner_ok = d["owner"] is True and d["scores"] == 1 and d["state"] == "done"
+    if zombie_ok and owner_ok:
+        return None
+    got = (f"zombie's finish {d['zombie']!r} with {d['scores_after_zombie']} "
+           f"score(s); the owner's {d['owner']!r}, {d['scores']} score(s), "
+           f"job {d['state']}")
+    want = "zombie's finish False with 0 scores; the owner's True, 1 score"
+    if not zombie_ok:
+        return outcome(c, False, ONE_TX + ": the expired attempt's ack is "
+                       "refused, so its effect must roll back with it", want, got)
+    return outcome(
+        c, False, "the zombie was refused, but so was the owner (a rival "
+        "host's claim of j1, its lease running): fence on what the server "
+        "holds (the attempt, state = 'inflight', NOT failed); a lease compared "
+        "with the worker's clock refuses every finish", want, got)
 
 
 def _chaos(rep: dict | None, by: dict) -> list:

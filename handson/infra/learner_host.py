@@ -42,9 +42,10 @@ caller that passes one must let the host read that module and what it imports.
 first argument.
 Before all of that, the harness's first line on the pipe sets the host up
 ({"host": {"parent", "direct", "skew"}}): the harness's pid, whether no sandbox
-prefix sits between, and a skew in seconds for time.time() and time.time_ns()
-in this process (the caller's EO_CLOCK_SKEW_S), to check that a module takes its
-deadlines from the server's clock. None of it is in the environment.
+prefix sits between, and a skew in seconds for time.time(), time.time_ns() and
+datetime's now/utcnow/today in this process (the caller's EO_CLOCK_SKEW_S), to
+check that a module takes its deadlines from the server's clock. None of it is
+in the environment.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from handson.infra.learner_module import apply_skew
 
 _PR_SET_PDEATHSIG = 1
 
@@ -312,14 +315,13 @@ def _settings(line: str) -> dict:
 
 
 def _skew_clock(raw) -> None:
+    """The skew the harness sent, applied as `learner_module.skew_clock` does
+    in a worker (the wall clock and datetime's, before the module loads)."""
     try:
         skew = float(raw or 0)
     except (TypeError, ValueError):
         skew = 0.0
-    if skew:
-        real, real_ns = time.time, time.time_ns
-        time.time = lambda: real() + skew
-        time.time_ns = lambda: real_ns() + int(skew * 1e9)
+    apply_skew(skew)
 
 
 def _load(spec: str):

@@ -42,12 +42,25 @@ def skew_clock() -> float:
         raise ModuleProblem(f"{SKEW_ENV}={raw!r} is not a number of seconds"
                             ) from None
     _SKEWED.append(skew)
-    real_time, real_ns, shift = time.time, time.time_ns, datetime.timedelta(
-        seconds=skew)
+    apply_skew(skew)
+    return skew
+
+
+def apply_skew(skew: float) -> None:
+    """This process's wall clock `skew` s off: time.time, time.time_ns and
+    datetime's now/utcnow/today, for code that imports datetime afterwards
+    (`from datetime import datetime` included); code imported before keeps
+    the true clock. Monotonic clocks and sleeps are left alone."""
+    if not skew:
+        return
+    real_time, real_ns = time.time, time.time_ns
+    shift = datetime.timedelta(seconds=skew)
     time.time = lambda: real_time() + skew
     time.time_ns = lambda: real_ns() + round(skew * 1e9)
 
     class SkewedDatetime(datetime.datetime):
+        __slots__ = ()      # the size C extensions (psycopg's) check on import
+
         @classmethod
         def now(cls, tz=None):
             return super().now(tz) + shift
@@ -60,8 +73,14 @@ def skew_clock() -> float:
         def today(cls):
             return super().today() + shift
 
-    datetime.datetime = SkewedDatetime
-    return skew
+    class SkewedDate(datetime.date):
+        __slots__ = ()
+
+        @classmethod
+        def today(cls):
+            return SkewedDatetime.now().date()
+
+    datetime.datetime, datetime.date = SkewedDatetime, SkewedDate
 
 
 def load(spec: str, required: tuple[str, ...] = ()) -> ModuleType:
