@@ -82,7 +82,7 @@ def learner_env(path: str, redis_url: str | None,
     (`autograder.isolation.pg_run`).
     """
     root = Path(remote_module.ROOT)
-    reads = (str(Path(path).resolve()), remote_module.HOST,
+    reads = (str(Path(path).resolve()), *remote_module.HOST_FILES,
              *(str(root / f) for f in imports))
     # The work dir from the path as given: a link never moves it elsewhere.
     prefix = sandbox.learner_prefix(os.path.dirname(os.path.abspath(path)),

@@ -47,6 +47,8 @@ from handson.redis_server import learner_url
 
 ENV = "EO_LEARNER_PREFIX"
 HOST = str(Path(learner_host.__file__).resolve())
+# What a host started afresh (not forked from the warm server) must read.
+HOST_FILES = (HOST, str(Path(learner_module.__file__).resolve()))
 ROOT = str(Path(learner_host.__file__).resolve().parents[2])
 CALL_TIMEOUT_S = float(os.environ.get("EO_CALL_TIMEOUT_S", "120"))
 START_TIMEOUT_S = 60.0
