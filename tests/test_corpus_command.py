@@ -106,7 +106,7 @@ CAUGHT_BY = {
 # What the catching check says: the step and what ran beside it.
 RIVAL_STEP = "while a rival host's"
 SAYS = {
-    "outbox/relay_marks_id_range": "meanwhile writers committed",
+    "outbox/relay_marks_id_range": "meanwhile writers ran",
     "outbox/relay_tx_marks_all_unsent": "unsent rows",
     "outbox/consumer_connection_cache": "its connection had taken document",
     "claims/confirmation_lookup_then_claim": "meanwhile the same delivery ran",
