@@ -1,5 +1,5 @@
-"""Broken on purpose: ack checks that a lease exists, not that it is live, so an
-attempt that failed can still ack: the job is done without its retry."""
+"""Broken on purpose: ack checks the lease exists, not that it is live."""
+# An attempt that failed can still ack: the job is done without its retry.
 
 import sys
 from pathlib import Path

@@ -1,5 +1,6 @@
-"""Broken on purpose: extend checks that a lease exists, not that it is live, so
-a heartbeat after the attempt's own fail revives the lease it gave up."""
+"""Broken on purpose: extend revives the lease its own fail gave up."""
+# It checks that a lease exists, not that it is live, so a heartbeat after
+# the attempt's own fail puts the job back in flight.
 
 import sys
 from pathlib import Path

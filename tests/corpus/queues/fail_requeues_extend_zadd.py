@@ -1,6 +1,5 @@
-"""Broken on purpose: fail requeues at once (ZREM and push back to pending),
-and extend checks only the attempt, re-adding the lease with ZADD (no XX): a
-heartbeat after the fail puts the job in flight and pending at once."""
+"""Broken on purpose: fail requeues at once; extend re-adds it (ZADD, no XX)."""
+# A heartbeat after the fail puts the job in flight and pending at once.
 import sys
 from pathlib import Path
 
