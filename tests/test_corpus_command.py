@@ -141,6 +141,17 @@ SAYS = {
     "delivery/window_state_at_module_level": "on the call again",
 }
 ASSIGNMENTS = (corpus.QUEUES_ASSIGNMENT, *corpus.FILE_KINDS.values())
+ALSO_LOST = re.compile(r"\(also lost: ([^)]*)\)")
+
+
+def failed_checks(row):
+    """The check that reports first, and those its line says also failed: a
+    race may catch a mutant first on a loaded machine, before the check that
+    catches it on every schedule."""
+    also = ALSO_LOST.search(row[5])
+    return [row[4], *(also[1].split(", ") if also else [])]
+
+
 LINE = re.compile(r"^(mutant|correct)\s+(\S+)\s+"
                   r"(CAUGHT by (\S+?): (.*)|ESCAPED|FULL|LOST)")
 
@@ -157,7 +168,7 @@ def test_the_corpus_command_catches_every_mutant_and_passes_the_rest(redis_url):
         want = "CAUGHT" if name in mutants else "FULL"
         assert m[3].startswith(want), out.stdout
     for name, check in CAUGHT_BY.items():
-        assert rows[name][4] == check, out.stdout
+        assert check in failed_checks(rows[name]), out.stdout
     for name, phrase in SAYS.items():
         assert phrase in rows[name][5], rows[name][0]
     for assignment in ASSIGNMENTS:
