@@ -33,13 +33,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_autograder import ENV, corpus  # noqa: E402
 from test_redis_door import assert_refused, attacker  # noqa: E402
 
-# The corpus test grades every wrong submission alone; the class holds one or
-# two of each assignment's, the ones that take a chaos run or a heartbeat trial
-# (timing under parallel graders) or break the notebook (a crash in a worker).
-FROM_CORPUS = {"a1_effect_then_key", "a2_ack_no_fence", "a2_syntax_error",
-               "a2_sys_exit_on_import", "a3_no_final_lease_check",
-               "claims_effect_in_two_transactions", "outbox_delete_before_publish",
-               "a2_alt_streams"}
+# The class holds notebooks of the corpus (tests/corpus/submissions/bugs.py): a
+# queue bug a chaos run names, two that break the notebook (a crash in a
+# worker), and those only the class grades (`IN_CLASS`: one of each other
+# assignment, a heartbeat trial timed under parallel graders, and a queue
+# written differently), each held to its entry.
+FROM_CORPUS = {"a2_ack_no_fence", "a2_syntax_error", "a2_sys_exit_on_import",
+               *corpus.IN_CLASS}
 # Graded alone again to compare with the class: one of each kind (solution,
 # untouched exercise, wrong, correct written differently, hostile) and every
 # assignment between them; the class's other notebooks are graded alone by
@@ -222,6 +222,15 @@ def test_gradebook_equals_grading_one_by_one(graded_class):
     assert not mismatched, "\n".join(mismatched)
 
 
+def test_the_corpus_notebooks_show_what_their_entries_say(graded_class):
+    """The corpus's notebooks graded only here lose the check that names their
+    bug and keep the rest; its correct one earns every point."""
+    results = _results(graded_class[0])
+    missed = [m for name in sorted(corpus.IN_CLASS)
+              for m in corpus.missed(name, results[name.replace("_", "-")])]
+    assert not missed, "\n".join(missed)
+
+
 def test_an_attack_through_redis_changes_no_classmate(graded_class):
     course, subs, *_ = graded_class
     victim = course / "submitted" / VICTIM
@@ -232,7 +241,7 @@ def test_an_attack_through_redis_changes_no_classmate(graded_class):
     assert sum(book["hostile-redis", "claim_ack_reap"].values()) == 0
     full = book["solution-claim-ack-reap", "claim_ack_reap"]
     assert all(v > 0 for v in full.values()), full
-    told = [r for r in map(json.loads, _results(course))
+    told = [r for r in _results(course).values()
             if any("Redis command" in p for p in r["problems"])]
     assert len(told) == 1 and told[0]["score"] == 0
     assert_refused(told[0]["problems"])
@@ -308,7 +317,7 @@ def test_workers_on_other_machines_need_only_the_address(tmp_path):
                              timeout=600)
         assert res.returncode == 0, res.stdout + res.stderr[-2000:]
         assert "graded 2 now" in res.stdout
-        hosts = {json.loads(r)["grader_host"] for r in _results(subs.parent)}
+        hosts = {r["grader_host"] for r in _results(subs.parent).values()}
         assert len(hosts) >= 1
     finally:
         for p in procs:
@@ -321,12 +330,14 @@ def test_workers_on_other_machines_need_only_the_address(tmp_path):
                 p.wait()
 
 
-def _results(course: Path) -> list[str]:
+def _results(course: Path) -> dict[str, dict]:
+    """student -> the report the class recorded (one assignment each here)."""
     import sqlite3
 
     con = sqlite3.connect(course / "grade-class.db")
     try:
-        return [r[0] for r in con.execute("select result from grades")]
+        return {student: json.loads(result) for student, result in
+                con.execute("select student, result from grades")}
     finally:
         con.close()
 
