@@ -59,7 +59,9 @@ def test_connections_coming_and_going_meanwhile_do_not_count(redis_url):
     measured = cost.measure(q, r, judge, jobs=20, tries=50)
     churn.set()
     noise.join(5)
-    assert polluted["per_job"]["round_trips"] > len(cost.PER_JOB)
+    # The noise moves the count either way (its closes land between the
+    # counter's two reads, or its opens do).
+    assert polluted["per_job"]["round_trips"] != len(cost.PER_JOB)
     assert measured["per_job"]["round_trips"] == len(cost.PER_JOB)
 
 
