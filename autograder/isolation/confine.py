@@ -729,14 +729,22 @@ def _view_root() -> tuple[str, bool]:
     leaves nothing behind (a folder of its own a run, such launchers left 260 in
     one run of the suite).
     """
-    path = os.path.join(tempfile.gettempdir(), f"eo-view-{os.geteuid()}")
+    path = os.path.join(_temp_dir(), f"eo-view-{os.geteuid()}")
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
     with contextlib.suppress(OSError):
         st = os.lstat(path)
         if S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
             return path, False
-    return tempfile.mkdtemp(prefix="eo-root-"), True
+    return tempfile.mkdtemp(prefix="eo-root-", dir=_temp_dir()), True
+
+
+def _temp_dir() -> str:
+    """The folder tempfile would pick, without its first-call probe: that writes
+    a file of a random name there and deletes it, and a launcher killed between
+    the two leaves the file behind."""
+    return next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP")
+                 if os.environ.get(v)), "/tmp")
 
 
 def launch(opts, cmd: list[str]) -> int:
