@@ -151,8 +151,8 @@ def test_the_report_says_how_much_the_clock_gained_only_when_it_did():
     from handson.faults.engine import Report
 
     stats = {"kills": 0, "crash_kills": 0, "pauses": 0, "dlq": 0, "elapsed_s": 1.0,
-             "unacked": {"died": 0, "refused": 0}, "applied_histogram": {},
-             "delivery_histogram": {}}
+             "unacked": {"died": 0, "refused": 0, "unlogged": 0},
+             "applied_histogram": {}, "delivery_histogram": {}}
     text = lambda ms: Report(ChaosConfig(), "valid", "", {},
                              dict(stats, server_clock_gained_ms=ms), "cmd").text()
     assert "clock gained 704 ms on the workers'" in text(703.9)

@@ -304,7 +304,7 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
         setup_db.setup(run_.db)
         empty = {"kills": 0, "crash_kills": 0, "pauses": 0, "rows": 0,
                  "distinct": 0, "counter": 0, "dlq": 0, "lost": 0, "elapsed_s": 0.0,
-                 "unacked": {"died": 0, "refused": 0},
+                 "unacked": {"died": 0, "refused": 0, "unlogged": 0},
                  "applied_histogram": {}, "delivery_histogram": {}}
         try:
             queue = load_queue(cfg.queue)

@@ -411,7 +411,10 @@ class _Judge:
         The database's `applied` rows are the truth for effects (a worker killed
         while SQLite's COMMIT was returning has committed but never logged it);
         the logs add commits that changed nothing. `refused`: the lease had run
-        out, the ack was turned away. `died`: the worker never got its ack in.
+        out, the ack was turned away. `died`: the worker never got its ack in,
+        so the job was claimed again or dead-lettered. `unlogged`: no ack in the
+        log, yet the job was never handed out again nor dead: the ack reached
+        the server and the worker was killed before it could log it.
         """
         commits = {(str(j), int(a)) for j, a, *_ in self.applied}
         acked, refused = set(), set()
@@ -423,8 +426,12 @@ class _Judge:
                 acked.add(key)
             elif e["ev"] == "ack_refused":
                 refused.add(key)
-        unacked = commits - acked
-        return {"died": len(unacked - refused), "refused": len(unacked & refused)}
+        unacked = commits - acked - refused
+        again = {(job, a) for job, a in unacked if job in self.dead or any(
+            e["ev"] == "claim" and (e.get("attempt") or 0) > a
+            for e in self.by_job.get(job, ()))}
+        return {"died": len(again), "refused": len((commits - acked) & refused),
+                "unlogged": len(unacked - again)}
 
     def orphans(self) -> dict:
         """Jobs a worker held when it was killed: the lease left, the wait.

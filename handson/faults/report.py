@@ -120,8 +120,9 @@ class Report:
                 out += inv.witnesses
         out += ["", "applications per job: " + _hist(s["applied_histogram"]),
                 "deliveries per job:   " + _hist(s["delivery_histogram"]),
-                f"commits never acked:  {s['unacked']['died']} (worker died), "
-                f"{s['unacked']['refused']} (ack refused)",
+                f"commits, no ack logged: {s['unacked']['died']} (worker died "
+                f"first), {s['unacked']['refused']} (ack refused), "
+                f"{s['unacked']['unlogged']} (ack landed, then the kill)",
                 *self._orphans_line(),
                 "", self.replay_note(), f"  {self.replay}"]
         return "\n".join(out)
