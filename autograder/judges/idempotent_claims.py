@@ -86,6 +86,9 @@ CHECKS = [
           "one worker, one connection, many deliveries (again after success, "
           "another order, again after a failed attempt): each effect once"),
 ]
+# Checks that catch a bug when a schedule happens to expose it: the corpus
+# names a check that catches the same bug on every schedule first.
+RACES = ("two_workers_at_once",)
 NOTEBOOK_TIMEOUT_S = 120
 # A replay run takes about 15 s alone (each delivery a worker process that starts
 # the learner's confined host); beside a loaded suite a correct one ran past 150.
