@@ -426,12 +426,13 @@ class _Judge:
                 acked.add(key)
             elif e["ev"] == "ack_refused":
                 refused.add(key)
-        unacked = commits - acked - refused
-        again = {(job, a) for job, a in unacked if job in self.dead or any(
+        unacked = commits - acked
+        silent = unacked - refused
+        again = {(job, a) for job, a in silent if job in self.dead or any(
             e["ev"] == "claim" and (e.get("attempt") or 0) > a
             for e in self.by_job.get(job, ()))}
-        return {"died": len(again), "refused": len((commits - acked) & refused),
-                "unlogged": len(unacked - again)}
+        return {"died": len(again), "refused": len(unacked & refused),
+                "unlogged": len(silent - again)}
 
     def orphans(self) -> dict:
         """Jobs a worker held when it was killed: the lease left, the wait.
