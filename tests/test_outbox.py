@@ -10,9 +10,15 @@ from handson.effects.sqldb import Database
 KILLS = 3
 
 
+def _bench(target: str, redis_url: str) -> outbox_runs.Bench:
+    """The worker's Redis is this test's alone while it runs: a job another
+    test left there would reach the consumer as a document."""
+    return outbox_runs.Bench(target, redis_url, own_redis=True)
+
+
 @pytest.fixture
 def bench(db_target, redis_url):  # noqa: F811 - the imported fixture
-    b = outbox_runs.Bench(db_target, redis_url)
+    b = _bench(db_target, redis_url)
     yield b
     b.close()
 
@@ -21,7 +27,7 @@ def bench(db_target, redis_url):  # noqa: F811 - the imported fixture
 def sqlite_bench(tmp_path, redis_url):
     """The two-step handlers never touch the database's transactions: SQLite
     alone shows them."""
-    b = outbox_runs.Bench(str(tmp_path / "app.sqlite"), redis_url)
+    b = _bench(str(tmp_path / "app.sqlite"), redis_url)
     yield b
     b.close()
 
@@ -81,7 +87,7 @@ def test_sent_flag_relay_skips_nothing_under_the_same_commits(bench):
 @pytest.mark.parametrize("loop", outbox.RELAY_LOOPS)
 def test_postgres_commits_out_of_id_order_by_itself(postgres_url, redis_url, loop):  # noqa: F811
     """No ids taken by hand: open transactions take identity values in order."""
-    b = outbox_runs.Bench(postgres_url, redis_url)
+    b = _bench(postgres_url, redis_url)
     try:
         run = outbox_runs.out_of_order_natural(b, loop)
     finally:
@@ -93,7 +99,7 @@ def test_postgres_commits_out_of_id_order_by_itself(postgres_url, redis_url, loo
 
 
 def test_sqlite_refuses_the_natural_interleaving(tmp_path, redis_url):
-    b = outbox_runs.Bench(str(tmp_path / "app.sqlite"), redis_url)
+    b = _bench(str(tmp_path / "app.sqlite"), redis_url)
     try:
         with pytest.raises(ValueError, match="one transaction write at a time"):
             outbox_runs.out_of_order_natural(b, "flag")
@@ -102,7 +108,7 @@ def test_sqlite_refuses_the_natural_interleaving(tmp_path, redis_url):
 
 
 def test_killed_outbox_save_rolls_back_both_rows(tmp_path, redis_url):
-    bench = outbox_runs.Bench(str(tmp_path / "app.sqlite"), redis_url)
+    bench = _bench(str(tmp_path / "app.sqlite"), redis_url)
     try:
         bench.fresh().close()
         bench.process("save", ["--mode", "outbox", "--docs", "0", "3"], kill_at=1)
