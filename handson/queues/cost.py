@@ -83,9 +83,13 @@ def _measure(q, r, judge, jobs: int) -> tuple[dict, bool]:
         if job is not None:
             q.ack(r, job[0], job[2])
     q.reap(r, 3)
+    # What asking costs, measured alone too: a connection that came or went
+    # here would be taken off every phase's count.
+    clients = _clients(judge)
     a = _counters(judge)
     overhead = [b - x for x, b in zip(a, _counters(judge), strict=True)]
     overhead[2] = 0.0                 # CPU: too small to tell from the noise
+    alone = [_clients(judge) == clients]
     ids = [f"cost-{i}" for i in range(jobs)]
     claimed: list = []
 
@@ -109,7 +113,6 @@ def _measure(q, r, judge, jobs: int) -> tuple[dict, bool]:
             q.reap(r, 3)
         return 10
 
-    alone = [True]
     out = {name: _phase(judge, fn, overhead, alone) for name, fn in
            (("enqueue", enqueue), ("claim", claim), ("ack", ack), ("reap", reap))}
     out["per_job"] = {k: round(sum(out[f][k] for f in PER_JOB), 2)
