@@ -103,7 +103,8 @@ def chaos_args(seed: int, quick: bool) -> list[str]:
             "--crash-point", "on-poison:1",
             "--crash-p", "0.01",
             "--min-crash-kills", str(CRASH_KILLS),
-            "--lease-s", "1.0", "--iters", str(ITERS), "--drain-timeout-s", "150",
+            "--lease-s", "1.0", "--iters", "0", "--work-s", str(WORK_S),
+            "--drain-timeout-s", "150",
             "--no-heartbeat", "--zombie-pauses", "--min-zombies", str(ZOMBIES),
             "--poison-every", "200", "--reapers", "2",
             "--reaper-pause-every-claims", "20",
@@ -127,7 +128,10 @@ ZOMBIES = 0
 # in (runs make 5 to 10; more as a quota could leave a correct queue whose
 # reaper rarely wins a lease short of it, unknown).
 REAPER_PAUSES = 1
-ITERS = 12000              # work per job: long enough to be caught holding it
+# How long a worker holds each job: long enough to be caught holding it. A
+# wait, not a computation: 12,000 hash rounds took as long and were a tenth
+# of a grade's CPU.
+WORK_S = 0.012
 # One run holds the whole quota: the quota, not the number of runs, sets how
 # hard the queue is tested, and a second run doubled the CPU of a grade.
 SEEDS, QUICK_SEEDS = (1,), (1,)
@@ -270,20 +274,15 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
             lambda res: None if res["ok"] else stop.set())
         if stop is not None and not all(r["ok"] for r in gate.values()):
             stop.set()
-        with ThreadPoolExecutor(max_workers=len(seeds) + len(groups)) as pool:
+        lanes = [(_db(redis_url, len(seeds) + 1 + i), names)
+                 for i, names in enumerate(groups)]
+        with ThreadPoolExecutor(max_workers=len(seeds)) as pool:
             runs = [] if stop is not None and stop.is_set() else [
                 pool.submit(queue_runs.chaos, path, _db(redis_url, i + 1),
                             chaos_args(seed, quick), CHAOS_TIMEOUT_S, stop=stop)
                 for i, seed in enumerate(seeds)]
-            checks = [pool.submit(queue_runs.contract, path,
-                                  _db(redis_url, len(seeds) + 1 + i), names,
-                                  timeout=240, on_result=failed)
-                      for i, names in enumerate(groups)]
-            rest, left2 = {}, []
-            for f in checks:
-                results, leftovers = f.result()
-                rest.update(results)
-                left2 += leftovers
+            rest, left2 = queue_runs.contract_lanes(path, lanes, timeout=240,
+                                                    on_result=failed)
             reports = [f.result() for f in runs]
         if stop is not None and stop.is_set():     # the same verdict however fast
             reports = [queue_runs.stopped()]       # the run was

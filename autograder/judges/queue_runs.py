@@ -50,17 +50,57 @@ except BaseException as err:
 """
 
 CONTRACT = """
-import json, sys
+import json, os, selectors, sys
 from dataclasses import asdict
 from handson.queues.checks import run_checks
-names = sys.argv[3].split(",")
-timeout = float(sys.argv[4]) if sys.argv[4] != "-" else None
-passed = True
-for name in names:
-    res = run_checks(sys.argv[1], sys.argv[2], only=[name], timeout=timeout)[0]
-    passed = passed and res.ok
-    print(json.dumps(asdict(res)), flush=True)
-if sys.argv[5] != "-" and passed:      # then the cost, on that database
+path, timeout = sys.argv[1], float(sys.argv[3]) if sys.argv[3] != "-" else None
+lanes = json.loads(sys.argv[2])         # [[redis_url, [check, ...]], ...]
+def lane(url, names, out):
+    passed = True
+    for name in names:
+        res = run_checks(path, url, only=[name], timeout=timeout)[0]
+        passed = passed and res.ok
+        out.write(json.dumps(asdict(res)) + "\\n")
+        out.flush()
+    return passed
+if len(lanes) == 1:
+    passed = lane(*lanes[0], sys.stdout)
+else:       # one process a lane, forked once this one has imported everything
+    from handson.infra import remote_module
+    remote_module.share_hosts()
+    sel, pids = selectors.DefaultSelector(), []
+    for url, names in lanes:
+        r, w = os.pipe()
+        pids.append(os.fork())
+        if pids[-1] == 0:
+            code = 1
+            try:
+                os.close(r)
+                with os.fdopen(w, "w") as out:
+                    lane(url, names, out)
+                code = 0
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.close(w)
+        sel.register(r, selectors.EVENT_READ, [b""])
+    while sel.get_map():
+        for key, _ in sel.select():
+            chunk = os.read(key.fd, 1 << 16)
+            if not chunk:
+                sel.unregister(key.fd)
+                chunk = b"\\n"
+            *lines, key.data[0] = (key.data[0] + chunk).split(b"\\n")
+            for line in lines:
+                if line:
+                    sys.stdout.buffer.write(line + b"\\n")
+            sys.stdout.buffer.flush()
+    for pid in pids:
+        os.waitpid(pid, 0)
+    passed = False
+if sys.argv[4] != "-" and passed:      # then the cost, on that database
     import signal
     from handson.queues.cost import compare, LIMIT_S
     def late(*_):
@@ -68,7 +108,7 @@ if sys.argv[5] != "-" and passed:      # then the cost, on that database
     signal.signal(signal.SIGALRM, late)
     signal.alarm(LIMIT_S)
     try:
-        print(json.dumps({"cost": compare(sys.argv[1], sys.argv[5])}))
+        print(json.dumps({"cost": compare(path, sys.argv[4])}))
     except Exception as err:
         print(json.dumps({"cost": {"error": f"{type(err).__name__}: {err}"}}))
 """
@@ -131,18 +171,32 @@ def contract(path: str, redis_url: str, names: list[str], timeout: float,
     return results, leftovers
 
 
+def contract_lanes(path: str, lanes: list[tuple[str, list[str]]], timeout: float,
+                   on_result: Callable[[dict], None] | None = None
+                   ) -> tuple[dict, list[str]]:
+    """`contract` for lanes side by side, each (redis_url, its checks in order)
+    on a database of its own: one harness whose forks run the lanes, so the
+    imports and the server of hosts are paid for once, not once a lane."""
+    results, leftovers, _ = contract_then_cost(path, lanes[0][0], [], timeout,
+                                               on_result=on_result, lanes=lanes)
+    return results, leftovers
+
+
 def contract_then_cost(path: str, redis_url: str, names: list[str],
                        timeout: float, per_check_s: float | None = None,
                        imports: tuple[str, ...] = (), cost_url: str | None = None,
-                       on_result: Callable[[dict], None] | None = None
+                       on_result: Callable[[dict], None] | None = None,
+                       lanes: list[tuple[str, list[str]]] | None = None
                        ) -> tuple[dict, list[str], dict]:
     """`contract`, then, if every check passed, in the same harness (one sandbox
     start less) the file's cost beside the reference's on `cost_url`
     (`handson.queues.cost.compare`), or {"error": why}. The server's counters
     are server-wide: nothing else may use the server meanwhile."""
-    fin = sandbox.run([sys.executable, "-c", CONTRACT, path, redis_url,
-                       ",".join(names), str(per_check_s) if per_check_s else "-",
-                       cost_url or "-"],
+    lanes = lanes or [(redis_url, names)]
+    names = [n for _, lane in lanes for n in lane]
+    fin = sandbox.run([sys.executable, "-c", CONTRACT, path,
+                       json.dumps([[url, list(lane)] for url, lane in lanes]),
+                       str(per_check_s) if per_check_s else "-", cost_url or "-"],
                       timeout=timeout, env=learner_env(path, redis_url, imports),
                       on_line=_hearing(on_result))
     results, cost = {}, {}
