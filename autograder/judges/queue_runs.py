@@ -172,13 +172,15 @@ def contract(path: str, redis_url: str, names: list[str], timeout: float,
 
 
 def contract_lanes(path: str, lanes: list[tuple[str, list[str]]], timeout: float,
-                   on_result: Callable[[dict], None] | None = None
-                   ) -> tuple[dict, list[str]]:
+                   on_result: Callable[[dict], None] | None = None,
+                   stop: threading.Event | None = None) -> tuple[dict, list[str]]:
     """`contract` for lanes side by side, each (redis_url, its checks in order)
     on a database of its own: one harness whose forks run the lanes, so the
-    imports and the server of hosts are paid for once, not once a lane."""
+    imports and the server of hosts are paid for once, not once a lane.
+    `stop`, once set, ends them all."""
     results, leftovers, _ = contract_then_cost(path, lanes[0][0], [], timeout,
-                                               on_result=on_result, lanes=lanes)
+                                               on_result=on_result, lanes=lanes,
+                                               stop=stop)
     return results, leftovers
 
 
@@ -186,7 +188,8 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
                        timeout: float, per_check_s: float | None = None,
                        imports: tuple[str, ...] = (), cost_url: str | None = None,
                        on_result: Callable[[dict], None] | None = None,
-                       lanes: list[tuple[str, list[str]]] | None = None
+                       lanes: list[tuple[str, list[str]]] | None = None,
+                       stop: threading.Event | None = None
                        ) -> tuple[dict, list[str], dict]:
     """`contract`, then, if every check passed, in the same harness (one sandbox
     start less) the file's cost beside the reference's on `cost_url`
@@ -198,7 +201,7 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
                        json.dumps([[url, list(lane)] for url, lane in lanes]),
                        str(per_check_s) if per_check_s else "-", cost_url or "-"],
                       timeout=timeout, env=learner_env(path, redis_url, imports),
-                      on_line=_hearing(on_result))
+                      on_line=_hearing(on_result), stop=stop)
     results, cost = {}, {}
     for line in fin.stdout.splitlines():
         try:
