@@ -30,3 +30,16 @@ def test_bench_of_the_cheapest_assignment_adds_up():
         assert max(parts) <= m["cpu_s"] + slack, (grader, m)
         if counted:
             assert m["tasks"] > 2, (grader, m)
+
+
+def test_a_forked_hosts_launcher_adds_its_cpu_to_the_learners_share():
+    """The run's server of hosts starts with only what a launcher reads: the
+    cost log is one of those things, or every host's CPU would count as the
+    judge's."""
+    from autograder.isolation import confine
+    from handson.infra import remote_module
+
+    prefix = ["python", "-m", confine.__name__, "--workdir", "/w", "--"]
+    env = {confine.COST_LOG: "/x/cost.jsonl", "PATH": "/bin", "SECRET": "s"}
+    assert remote_module._launcher_env(prefix, env) == {
+        confine.COST_LOG: "/x/cost.jsonl", "PATH": "/bin"}

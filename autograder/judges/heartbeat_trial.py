@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -52,7 +53,7 @@ from pathlib import Path
 
 from autograder.isolation import confine
 from handson.faults.server_clock import ServerClock
-from handson.infra import learner_host, remote_module
+from handson.infra import learner_host, remote_module, warm_start
 from handson.infra.schedstat import ThreadWaits, Waits
 from handson.queues.contract import load_queue
 from handson.redis_server import connect
@@ -234,29 +235,68 @@ def _heartbeat(q, r, job_id: str, attempt: int, queue, work,
     return held, error
 
 
+class _Worker:
+    """A trial worker and where its output goes (stdout and stderr)."""
+
+    def __init__(self, proc, log: Path):
+        self.proc, self.log, self.pid = proc, log, proc.pid
+
+    def tail(self) -> str:
+        with contextlib.suppress(OSError):
+            return self.log.read_text(errors="replace").strip()[-400:]
+        return ""
+
+
+# The workers are forks of one warm-start server per trial process: five fresh
+# interpreters spent about 2 s of CPU importing what every worker imports.
+_STARTER: list[warm_start.Starter] = []
+_LOGS = itertools.count()
+# What a worker imports, imported once (not this module: runpy runs it anew).
+_PRELOAD = ("autograder.isolation.confine", "handson.faults.server_clock",
+            "handson.infra.remote_module", "handson.infra.schedstat",
+            "handson.queues.contract")
+
+
 def _spawn(module: str, url: str, db: str, events: Path, max_jobs: int,
-           idle_s: float, work_s: float, lease_s: float = LEASE_S) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "autograder.judges.heartbeat_trial", "--worker",
-         module, url, "--db", db, "--events", str(events), "--max-jobs", str(max_jobs),
-         "--idle-s", str(idle_s), "--work-s", str(work_s), "--lease-s", str(lease_s)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        start_new_session=True)   # a group: SIGSTOP reaches the learner's process
+           idle_s: float, work_s: float, lease_s: float = LEASE_S) -> _Worker:
+    """A worker in a process group of its own (SIGSTOP of the group reaches its
+    host, which joins it: the same session as our server of hosts, which the
+    worker uses)."""
+    args = ["--worker", module, url, "--db", db, "--events", str(events),
+            "--max-jobs", str(max_jobs), "--idle-s", str(idle_s),
+            "--work-s", str(work_s), "--lease-s", str(lease_s)]
+    log = events.with_name(f"{events.stem}-worker-{next(_LOGS)}.log")
+    env = dict(os.environ)
+    if not _STARTER or _STARTER[0].gone:
+        _STARTER[:] = [warm_start.Starter("heartbeat-trial", preload=_PRELOAD)]
+    hosts = remote_module.host_fds(env)
+    try:
+        proc = _STARTER[0].start(__spec__.name, args, env, str(log), hosts, pgid=0)
+    finally:
+        for fd in hosts.values():
+            os.close(fd)
+    if proc is None:            # its server is gone: a fresh interpreter
+        env.pop(remote_module.SERVER_ENV, None)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", __spec__.name, *args],
+                                    env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=out, start_new_session=True)
+    return _Worker(proc, log)
 
 
-def _wait(procs: list[subprocess.Popen], timeout: float) -> list[str]:
-    """Wait for the workers; kill any that overstay. Their stderr tails."""
+def _wait(workers: list[_Worker], timeout: float) -> list[str]:
+    """Wait for the workers; kill any that overstay. Their output's tails."""
     deadline = time.monotonic() + timeout
     tails = []
-    for p in procs:
+    for w in workers:
         try:
-            _, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()
-            _, err = p.communicate()
+            w.proc.kill()
+            w.proc.wait()
             tails.append(f"a worker was still running after {timeout:g} s (killed)")
-        if p.returncode not in (0, -signal.SIGKILL) and err:
-            tails.append(err.decode(errors="replace").strip()[-400:])
+        if w.proc.returncode not in (0, -signal.SIGKILL) and w.tail():
+            tails.append(w.tail())
     return tails
 
 

@@ -144,6 +144,9 @@ HOST_PRELOAD = ("autograder.isolation.landlock", "handson.infra.warm_start",
 # A host that may reach PostgreSQL imports its driver: once for the run too
 # (90 ms of CPU a host, and a pg grade starts a few dozen).
 PG_PRELOAD = ("psycopg",)
+# Where a launcher adds its cgroup's CPU (autograder.isolation.confine's
+# COST_LOG, set by `python -m autograder bench` only): a path, nothing more.
+COST_LOG = "EO_COST_LOG"
 SERVER_ENV = "EO_HOST_SERVER"       # {"fd", "workdir"}: a connection passed to us
 HOSTS_FD = 63                       # where a started process gets that connection
 _HOSTS: dict[str, tuple[int, warm_start.Starter]] = {}   # work dir -> (pid, it)
@@ -182,8 +185,8 @@ def confined_workdir(prefix: list[str]) -> str | None:
 def _launcher_env(prefix: list[str], env: dict) -> dict:
     """Only what the launcher reads of its environment: a confined host's
     memory is a copy of the server's, so nothing else of ours goes there."""
-    keep = {"PATH", "LANG"} | {b for a, b in zip(prefix, prefix[1:], strict=False)
-                               if a == "--pass"}
+    keep = {"PATH", "LANG", COST_LOG} | {
+        b for a, b in zip(prefix, prefix[1:], strict=False) if a == "--pass"}
     return {k: v for k, v in env.items() if k in keep}
 
 
