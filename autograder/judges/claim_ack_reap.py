@@ -243,53 +243,38 @@ def _chaos_outcomes(reports: list[dict], shown_path: str, real_path: str) -> tup
 
 
 def _gate_first(path: str, redis_url: str, groups: list[list[str]],
-                seeds: tuple[int, ...]) -> tuple:
-    """grade: enqueue and claim first, then the cost while nothing else uses the
-    server (its counters are server-wide), then every lane and the chaos run at
-    once, each on a database of its own (most of each is waiting on leases)."""
+                seeds: tuple[int, ...], quick: bool) -> tuple:
+    """Enqueue and claim first, so their verdict is told first; then (grade
+    only) the cost while nothing else uses the server (its counters are
+    server-wide); then every lane and the chaos run at once, each on a database
+    of its own (most of each is waiting on leases).
+
+    `quick` (check) measures no cost, and stops the chaos run at the first
+    failed check: the learner has that to fix first, and a wrong queue's run
+    often cannot drain (it ran its 150 s out while the checks took 20 s)."""
     gate, left, cost = queue_runs.contract_then_cost(
-        path, redis_url, list(GATE), timeout=90, cost_url=_db(redis_url, 15))
+        path, redis_url, list(GATE), timeout=90,
+        cost_url=None if quick else _db(redis_url, 15))
     if any(_blocked(gate.get(n)) for n in GATE):
         return gate, {}, left, [], cost, []
+    stop = threading.Event() if quick else None
+    failed = None if stop is None else (
+        lambda res: None if res["ok"] else stop.set())
+    if stop is not None and not all(r["ok"] for r in gate.values()):
+        stop.set()
     lanes = [(_db(redis_url, len(seeds) + 1 + i), names)
              for i, names in enumerate(groups)]
     with ThreadPoolExecutor(max_workers=len(seeds)) as pool:
-        runs = [pool.submit(queue_runs.chaos, path, _db(redis_url, i + 1),
-                            chaos_args(seed, False), CHAOS_TIMEOUT_S)
-                for i, seed in enumerate(seeds)]
-        rest, left2 = queue_runs.contract_lanes(path, lanes, timeout=240)
+        runs = [] if stop is not None and stop.is_set() else [
+            pool.submit(queue_runs.chaos, path, _db(redis_url, i + 1),
+                        chaos_args(seed, quick), CHAOS_TIMEOUT_S, stop=stop)
+            for i, seed in enumerate(seeds)]
+        rest, left2 = queue_runs.contract_lanes(path, lanes, timeout=240,
+                                                on_result=failed)
         reports = [f.result() for f in runs]
+    if stop is not None and stop.is_set():     # the same verdict however fast
+        reports = [queue_runs.stopped()]       # the run was
     return gate, rest, left, left2, cost, reports
-
-
-def _at_once(path: str, redis_url: str, groups: list[list[str]],
-             seeds: tuple[int, ...]) -> tuple:
-    """check: the gate is one lane more, so a wrong claim is heard in seconds.
-    Everything stops once enqueue or claim hangs or crashes; the chaos run
-    stops at the first failed check (the learner has that to fix first, and a
-    wrong queue's run often cannot drain). No cost: it needs the server alone."""
-    chaos_stop, all_stop = threading.Event(), threading.Event()
-
-    def heard(res: dict) -> None:
-        if not res["ok"]:
-            chaos_stop.set()
-        if res["name"] in GATE and _blocked(res):
-            all_stop.set()
-
-    lanes = [(_db(redis_url, len(seeds) + 1 + i), names)
-             for i, names in enumerate([list(GATE), *groups])]
-    with ThreadPoolExecutor(max_workers=len(seeds)) as pool:
-        runs = [pool.submit(queue_runs.chaos, path, _db(redis_url, i + 1),
-                            chaos_args(seed, True), CHAOS_TIMEOUT_S, stop=chaos_stop)
-                for i, seed in enumerate(seeds)]
-        results, left = queue_runs.contract_lanes(path, lanes, timeout=240,
-                                                  on_result=heard, stop=all_stop)
-        reports = [f.result() for f in runs]
-    if chaos_stop.is_set():                     # the same verdict however fast
-        reports = [queue_runs.stopped()]        # the run was
-    gate = {n: results[n] for n in GATE if n in results}
-    rest = {n: r for n, r in results.items() if n not in GATE}
-    return gate, rest, left, reports
 
 
 def evaluate_file(path: str, redis_url: str, quick: bool,
@@ -308,12 +293,8 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
     rest_names = [c.name for c in CONTRACT_CHECKS
                   if c.name not in GATE and c.name not in ALONE]
     groups = [list(ALONE)] + [rest_names[i::LANES] for i in range(LANES)]
-    if quick:
-        gate, rest, left, reports = _at_once(path, redis_url, groups, seeds)
-        left2, cost = [], {}
-    else:
-        gate, rest, left, left2, cost, reports = _gate_first(path, redis_url,
-                                                             groups, seeds)
+    gate, rest, left, left2, cost, reports = _gate_first(path, redis_url, groups,
+                                                         seeds, quick)
     gate_ok = not any(_blocked(gate.get(n)) for n in GATE)
     if not gate_ok:
         rest, reports = {}, []
