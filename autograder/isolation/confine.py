@@ -810,7 +810,7 @@ def launch(opts, cmd: list[str]) -> int:
         report.update(cpu_s=round(used[0] / 1e9, 3),
                       cpu_throttled_s=round(used[1] / 1e9, 3))
     if opts.cgroup:
-        _account(opts.account, cgroup.leave())
+        account(opts.account, cgroup.leave())
     if own_root:
         with contextlib.suppress(OSError):
             os.rmdir(opts.root)
@@ -819,7 +819,7 @@ def launch(opts, cmd: list[str]) -> int:
     return report["returncode"]
 
 
-def _account(role: str, lifetime_ns: int | None) -> None:
+def account(role: str, lifetime_ns: int | None) -> None:
     """Add a removed cgroup's CPU to the cost log (`COST_LOG`), if one is kept:
     `python -m autograder bench` splits a grading's CPU by role with it."""
     log = os.environ.get(COST_LOG)
