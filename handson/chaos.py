@@ -32,7 +32,6 @@ HELP = {
     "max_attempts": "attempts before the DLQ",
     "crash_p": "probability of dying at each crash point passed",
     "iters": "hash rounds per document (ITERS)",
-    "work_s": "seconds each document also waits, at no CPU (WORK_MIN_S)",
     "poison_every": "doc i is poison when i %% N == 7 (0: none)",
     "drain_timeout_s": "the whole run's budget; past it the verdict is unknown",
     "pause_every": "mean seconds between SIGSTOPs of a worker (0: none)",

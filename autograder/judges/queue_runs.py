@@ -54,8 +54,9 @@ import json, os, selectors, sys
 from dataclasses import asdict
 from handson.queues.checks import run_checks
 path, timeout = sys.argv[1], float(sys.argv[3]) if sys.argv[3] != "-" else None
-lanes = json.loads(sys.argv[2])         # [[redis_url, [check, ...]], ...]
-def lane(url, names, out):
+lanes = json.loads(sys.argv[2])  # [[redis_url, [check, ...], {env}], ...]
+def lane(url, names, env, out):
+    os.environ.update(env)      # the lane's database, in its hosts' REDIS_URL too
     passed = True
     for name in names:
         res = run_checks(path, url, only=[name], timeout=timeout)[0]
@@ -69,7 +70,7 @@ else:       # one process a lane, forked once this one has imported everything
     from handson.infra import remote_module
     remote_module.share_hosts()
     sel, pids = selectors.DefaultSelector(), []
-    for url, names in lanes:
+    for url, names, env in lanes:
         r, w = os.pipe()
         pids.append(os.fork())
         if pids[-1] == 0:
@@ -77,7 +78,7 @@ else:       # one process a lane, forked once this one has imported everything
             try:
                 os.close(r)
                 with os.fdopen(w, "w") as out:
-                    lane(url, names, out)
+                    lane(url, names, env, out)
                 code = 0
             except BaseException:
                 import traceback
@@ -197,10 +198,14 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
     are server-wide: nothing else may use the server meanwhile."""
     lanes = lanes or [(redis_url, names)]
     names = [n for _, lane in lanes for n in lane]
-    fin = sandbox.run([sys.executable, "-c", CONTRACT, path,
-                       json.dumps([[url, list(lane)] for url, lane in lanes]),
+    # Each lane's hosts are told its own database, as a harness of its own
+    # would tell them: nothing a learner's code reads says which lane it is in.
+    envs = [learner_env(path, url, imports) for url, _ in lanes]
+    spec = [[url, list(lane), {k: env[k] for k in ("REDIS_URL", remote_module.ENV)}]
+            for (url, lane), env in zip(lanes, envs, strict=True)]
+    fin = sandbox.run([sys.executable, "-c", CONTRACT, path, json.dumps(spec),
                        str(per_check_s) if per_check_s else "-", cost_url or "-"],
-                      timeout=timeout, env=learner_env(path, redis_url, imports),
+                      timeout=timeout, env=learner_env(path, lanes[0][0], imports),
                       on_line=_hearing(on_result), stop=stop)
     results, cost = {}, {}
     for line in fin.stdout.splitlines():

@@ -26,9 +26,6 @@ class ChaosConfig:
     crash_points: tuple[str, ...] = ()
     crash_p: float = 0.0
     iters: int = 2000
-    # A job also lasts at least this long, waiting (WORK_MIN_S): held as long
-    # as a job that hashes, at no CPU, as a job that waits on an API would.
-    work_s: float = 0.0
     poison_every: int = 1000
     heartbeat: bool = True
     ack_before_work: bool = False

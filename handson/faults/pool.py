@@ -52,8 +52,6 @@ class Pool:
         cfg = self.cfg
         env = dict(os.environ, REDIS_URL=self.url, IDEM="1" if cfg.idem else "0",
                    ACK_DELAY=str(cfg.ack_delay), ITERS=str(cfg.iters))
-        if cfg.work_s:
-            env["WORK_MIN_S"] = str(cfg.work_s)
         for k in ("CRASH_POINT", "CRASH_P", "CRASH_SEED", SKEW_ENV):
             env.pop(k, None)
         if skew:
