@@ -720,3 +720,45 @@ def test_outbox_forged_kill_points_earn_nothing(tmp_path):
     by = {c["name"]: c for c in data["checks"]}
     assert not by["save_atomic"]["ok"] and not by["relay_nothing_lost"]["ok"], data
     assert by["effects_once"]["ok"] and by["no_skip_out_of_order"]["ok"], data
+
+
+# A queue that is right only where its hosts' REDIS_URL names the database of
+# the client it is handed, as it does in the lab and in a harness of its own.
+LANE_SNIFF = '''
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from alt_ttl_leases import *  # noqa: F401,F403 - a correct queue
+from alt_ttl_leases import enqueue as _enqueue
+
+
+def enqueue(r, payload, job_id):
+    told = os.environ["REDIS_URL"].rsplit("db=", 1)[-1]
+    if told != str(r.connection_pool.connection_kwargs.get("db", 0)):
+        raise RuntimeError("a graded lane: its database is not the one I was told")
+    return _enqueue(r, payload, job_id)
+'''
+
+
+def test_a_lane_s_hosts_are_told_their_own_database(tmp_path):
+    """The lanes are forks of one harness; each lane's hosts must still be told
+    the database of the lane, or a module could tell a graded lane from the
+    lab and behave differently there."""
+    from autograder.judges import queue_runs
+    from handson.redis_server import EmbeddedRedis
+
+    module = tmp_path / "myqueue.py"
+    module.write_text(LANE_SNIFF)
+    correct = notebook.REPO / "tests" / "corpus" / "queues" / "alt_ttl_leases.py"
+    (tmp_path / "alt_ttl_leases.py").write_text(correct.read_text())
+    server = EmbeddedRedis().start()
+    try:
+        lanes = [(f"{server.url}?db={db}", [name]) for db, name in (
+            (2, "enqueue_idempotent"), (3, "bound_refuses"),
+            (4, "claim_returns_payload_and_attempt"))]
+        results, _ = queue_runs.contract_lanes(str(module), lanes, timeout=120)
+    finally:
+        server.stop()
+    assert {n: r["ok"] for n, r in results.items()} == {
+        name: True for _, [name] in lanes}, results
