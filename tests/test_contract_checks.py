@@ -155,6 +155,29 @@ def test_broken_queue_fails_the_named_check(variant, check, tmp_path, redis_url)
     assert res.got and res.hint and res.expected
 
 
+def test_a_claimer_that_never_gets_going_fails_the_kill_check(tmp_path, redis_url):
+    """Each process's first claim waits longer than the check waits for a
+    claimer: no kill lands, and the check says so instead of passing with
+    "no job lost to kills" on none."""
+    path = tmp_path / "slow_start.py"
+    path.write_text(SOURCE + f'''
+
+_started = [None]
+_reference_claim = claim
+
+
+def claim(r, lease_s, **kw):
+    import os
+    import time
+    if _started[0] != os.getpid():
+        _started[0] = os.getpid()
+        time.sleep({checks.STILL_S + 1})
+    return _reference_claim(r, lease_s, **kw)
+''')
+    [res] = run_checks(str(path), redis_url, ["claim_atomic_concurrent"])
+    assert not res.ok and "0 of 24 SIGKILLs landed" in res.got, res.got
+
+
 def test_another_key_layout_passes_every_check(tmp_path, redis_url):
     """The checks read no key names: rename every key and the queue still passes."""
     source = SOURCE.replace('TAG = "{q}"', 'TAG = "{learner}"')
