@@ -265,6 +265,11 @@ class Cgroup:
         for ctrl in self.dirs:
             with contextlib.suppress(OSError):
                 (self.parents[ctrl] / "cgroup.procs").write_text(str(os.getpid()))
+        return self.remove()
+
+    def remove(self) -> int | None:
+        """Remove the cgroups if no process is left in them: the CPU (ns) they
+        used in their whole life if this removed them, else None."""
         used = self.cpu_ns()
         for d in self.dirs.values():
             with contextlib.suppress(OSError):

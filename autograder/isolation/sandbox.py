@@ -362,13 +362,7 @@ def cleanup(workdir: str | os.PathLike) -> list[str]:
             time.sleep(0.05)
     # Its CPU goes to the cost log as its last launcher would have added it:
     # a host's launcher killed with its harness never does.
-    used = cgroup.cpu_ns()
-    for d in cgroup.dirs.values():
-        with contextlib.suppress(OSError):
-            d.rmdir()
-    counted = cgroup.dirs.get("cpu2", cgroup.dirs.get("cpuacct"))
-    if used and counted is not None and not counted.exists():
-        confine.account("learner", used[0])
+    confine.account("learner", cgroup.remove())
     return killed
 
 

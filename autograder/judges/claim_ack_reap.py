@@ -297,7 +297,6 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
                                                          seeds, quick)
     gate_ok = not any(_blocked(gate.get(n)) for n in GATE)
     if not gate_ok:
-        rest, reports = {}, []
         why = "; ".join(f"{n}: {gate[n]['got']}" for n in GATE
                         if _blocked(gate.get(n)) and n in gate) or "no report"
         problems.append("enqueue/claim hang, crash or are not written yet, so the "

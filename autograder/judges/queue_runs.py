@@ -205,7 +205,7 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
             for (url, lane), env in zip(lanes, envs, strict=True)]
     fin = sandbox.run([sys.executable, "-c", CONTRACT, path, json.dumps(spec),
                        str(per_check_s) if per_check_s else "-", cost_url or "-"],
-                      timeout=timeout, env=learner_env(path, lanes[0][0], imports),
+                      timeout=timeout, env=envs[0],
                       on_line=_hearing(on_result), stop=stop)
     results, cost = {}, {}
     for line in fin.stdout.splitlines():
