@@ -15,20 +15,23 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
+## The course's modules compiled once: a chapter or a grade starts hundreds of
+## Pythons, and with PYTHONDONTWRITEBYTECODE set nothing else would ever write
+## the bytecode, so each would compile its imports again.
+COMPILE := $(BIN)/python -m compileall -q autograder handson
+
 ## book: execute every chapter and build the HTML site into _build/html
+## (`make test` builds it first, so the tests find the bytecode too)
 book: $(STAMP)
+	$(COMPILE)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 ## test: build the book (the gate), then run the test suite
 ## Three test files at a time: most of a test is waiting on leases, kills and
 ## sleeps. With REDIS_URL the tests share that server (and empty it), so one.
-## A grade starts a few hundred Pythons: the course's modules are compiled once
-## here, so none of them compiles its imports again (with PYTHONDONTWRITEBYTECODE
-## set, nothing else would ever write the bytecode).
 TEST_JOBS := $(if $(REDIS_URL),-n 0,-n 3 --dist loadfile)
 test: book
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m compileall -q autograder handson
 	$(BIN)/python -m pytest $(TEST_JOBS)
 
 ## exercises: regenerate exercises/ from solutions/ (never edit exercises/ by hand)
