@@ -19,6 +19,7 @@ the kernel's own accounting, never an estimate:
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import resource
@@ -79,8 +80,9 @@ def _namespaced() -> bool:
     return os.geteuid() == 0 and shutil.which("unshare") is not None
 
 
-def measure(cmd: list[str], cwd: Path | None = None) -> dict:
-    """Run `cmd` to its end; what it cost, by role where the roles are counted."""
+def measure(cmd: list[str], cwd: Path | None = None, echo=None) -> dict:
+    """Run `cmd` to its end; what it cost, by role where the roles are counted.
+    `echo` hears each line of its stderr as it comes."""
     with tempfile.TemporaryDirectory(prefix="eo-bench-") as tmp:
         log, out = Path(tmp) / "cost.jsonl", Path(tmp) / "init.json"
         env = dict(os.environ, **{COST_LOG: str(log)})
@@ -93,8 +95,14 @@ def measure(cmd: list[str], cwd: Path | None = None) -> dict:
                    "-m", "autograder.bench", str(out), "--", *cmd]
         else:
             run = cmd
-        proc = subprocess.run(run, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(run, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        said: collections.deque = collections.deque(maxlen=50)
+        for line in proc.stderr:
+            said.append(line)
+            if echo:
+                echo(line.rstrip("\n"))
+        proc.wait()
         got = {"returncode": proc.returncode, "wall_s": time.monotonic() - t0,
                "cpu_s": _cpu_children() - cpu0, "tasks": None}
         if run is not cmd:
@@ -109,7 +117,7 @@ def measure(cmd: list[str], cwd: Path | None = None) -> dict:
             "judge_s": round(got["cpu_s"] - roles["learner"] - roles["server"], 2),
             "learner_s": round(roles["learner"], 2),
             "servers_s": round(roles["server"], 2),
-            "error": "" if proc.returncode == 0 else proc.stderr[-800:]}
+            "error": "" if proc.returncode == 0 else "".join(said)[-800:]}
 
 
 def _nbgrader(*args: str) -> list[str]:

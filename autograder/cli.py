@@ -12,6 +12,8 @@
     python -m autograder bench [--assignment NAME] [--repeat N] [--json]
                                                 # what grading each reference
                                                 # costs, beside nbgrader's
+    python -m autograder bench --class N [--workers W] [--alone]
+                                                # a mixed class of N, graded
 
 Exit code: 0 full marks, 1 points lost, 2 could not grade (bad path or name).
 """
@@ -135,12 +137,22 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--repeat", type=int, default=1,
                    help="runs per assignment; the run of median CPU is shown")
     b.add_argument("--json", action="store_true")
+    b.add_argument("--class", type=int, dest="cls", metavar="N",
+                   help="instead: grade a class of N claim_ack_reap submissions "
+                   "mixed as a real one is (grade-class), and say what it cost")
+    b.add_argument("--workers", type=int, help="with --class: parallel graders")
+    b.add_argument("--alone", action="store_true", help="with --class: grade each "
+                   "distinct notebook alone too, and compare the points")
     args = p.parse_args(argv)
 
     if args.cmd == "corpus":
         from autograder.judges import corpus
 
         return corpus.main(args.folder, max(1, args.workers))
+    if args.cmd == "bench" and args.cls is not None:
+        from autograder.classroom import class_bench
+
+        return class_bench.main(args)
     if args.cmd == "bench":
         from autograder import bench
 

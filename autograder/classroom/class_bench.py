@@ -1,0 +1,155 @@
+"""`python -m autograder bench --class N`: a mixed class graded as one, and its cost.
+
+The class is `sample_class.compose`'s (claim_ack_reap: a third correct, a third
+wrong, a third untouched, broken or hanging, in a shuffled order).
+`grade-class` grades it on this machine (`--workers`, default one per core),
+measured as `bench` measures one grade: every process's CPU, by the kernel's
+own accounting. It prints the wall and CPU time; how the progress bar's
+estimate of the time left compared with the time that was really left; and
+per kind, the mean points and seconds a grade. With `--alone`, one copy of
+each distinct notebook is graded alone too, and every copy in the class must
+have its points.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from autograder import bench
+from autograder.classroom import sample_class
+from autograder.notebooks import notebook
+
+BAR = re.compile(r"\] (\d+)/(\d+) graded.*~(\d+) s left")
+AT = (0.1, 0.25, 0.5, 0.75)             # where the estimate is read, of the class
+ALONE_TIMEOUT_S = 900
+
+
+def estimates(heard: list[tuple[float, str]], end: float) -> list[dict]:
+    """The bar's "~N s left" nearest each fraction of AT, beside what was left."""
+    seen = []
+    for t, line in heard:
+        m = BAR.search(line)
+        if m:
+            done, total, left = map(int, m.groups())
+            seen.append((done / total, t, left))
+    out = []
+    for at in AT:
+        later = [s for s in seen if s[0] >= at]
+        if later:
+            frac, t, left = later[0]
+            out.append({"done": round(frac, 2), "said_s": left,
+                        "was_s": round(end - t, 1)})
+    return out
+
+
+def scores(course: Path) -> dict[str, tuple[float, float, float]]:
+    """student -> (score, max, seconds its grade took), from grades.csv."""
+    path = course / "grades.csv"
+    if not path.exists():
+        return {}
+    with open(path, newline="") as f:
+        return {r["student"]: (float(r["score"]), float(r["max_score"]),
+                               float(r["grade_s"] or 0)) for r in csv.DictReader(f)}
+
+
+def _alone(path: Path) -> float | None:
+    """The score of one notebook graded by itself (None: no grade)."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "autograder", "grade",
+                               str(path), "--json"], capture_output=True, text=True,
+                              timeout=ALONE_TIMEOUT_S, cwd=notebook.REPO)
+        return float(json.loads(done.stdout)["score"])
+    except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+        return None
+
+
+def run(n: int, workers: int | None = None, alone: bool = False,
+        say=lambda line: None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="eo-class-bench-") as tmp:
+        course = Path(tmp) / "course"
+        students = sample_class.compose(course / "submitted", n)
+        say(f"a class of {n} {sample_class.ASSIGNMENT} submissions: "
+            + ", ".join(f"{sum(k == kind for _, k in students.values())} {kind}"
+                        for kind in sample_class.KINDS))
+        heard: list[tuple[float, str]] = []
+
+        def hear(line: str) -> None:
+            heard.append((time.monotonic(), line))
+            say(line)
+        cmd = [sys.executable, "-m", "autograder", "grade-class",
+               str(course / "submitted"), "--course", str(course),
+               *(["--workers", str(workers)] if workers else [])]
+        cost = bench.measure(cmd, cwd=notebook.REPO, echo=hear)
+        end = time.monotonic()
+        got = scores(course)
+        kinds: dict[str, list] = defaultdict(list)
+        for student, (_, kind) in students.items():
+            kinds[kind].append(got.get(student))
+        per_kind = {kind: {"n": len(v), "graded": sum(x is not None for x in v),
+                           "mean_points": _mean([x[0] for x in v if x]),
+                           "max_points": max((x[1] for x in v if x), default=0),
+                           "mean_grade_s": _mean([x[2] for x in v if x])}
+                    for kind, v in kinds.items()}
+        differ = []
+        if alone:
+            names = sorted({name for name, _ in students.values()})
+            for i, name in enumerate(names, 1):
+                copies = [s for s, (v, _) in students.items() if v == name]
+                say(f"alone {i}/{len(names)}: {name} ({len(copies)} in the class)")
+                path = (course / "submitted" / copies[0] / sample_class.ASSIGNMENT
+                        / f"{sample_class.ASSIGNMENT}.ipynb")
+                mine = _alone(path)
+                theirs = sorted({got[s][0] if s in got else None for s in copies},
+                                key=str)
+                if theirs != [mine]:
+                    differ.append({"variant": name, "alone": mine, "class": theirs})
+    return {"n": n, "workers": workers, "cost": cost,
+            "estimates": estimates(heard, end), "kinds": per_kind,
+            "alone_checked": alone, "differ": differ}
+
+
+def _mean(xs: list[float]) -> float:
+    return round(sum(xs) / len(xs), 1) if xs else 0.0
+
+
+def table(res: dict) -> str:
+    c = res["cost"]
+    out = [f"grade-class of {res['n']}: wall {c['wall_s']:.0f} s, "
+           f"CPU {c['cpu_s']:.0f} s (judge {c['judge_s']:.0f}, learner "
+           f"{c['learner_s']:.0f}, servers {c['servers_s']:.0f}), "
+           f"{c['tasks'] or '-'} tasks",
+           f"{'kind':<10} {'n':>4} {'graded':>7} {'points':>9} {'s a grade':>10}"]
+    for kind in sample_class.KINDS:
+        k = res["kinds"].get(kind)
+        if k:
+            out.append(f"{kind:<10} {k['n']:>4} {k['graded']:>7} "
+                       f"{k['mean_points']:>5}/{k['max_points']:<3g} "
+                       f"{k['mean_grade_s']:>10}")
+    for e in res["estimates"]:
+        out.append(f"at {e['done']:.0%} graded the bar said ~{e['said_s']} s left; "
+                   f"{e['was_s']} s were")
+    if res["alone_checked"]:
+        out.append("graded alone, every distinct notebook had its class points"
+                   if not res["differ"] else
+                   "points that differ from grading alone: "
+                   + json.dumps(res["differ"]))
+    return "\n".join(out)
+
+
+def main(args) -> int:
+    if args.cls < 3 or (args.workers is not None and args.workers < 1):
+        print("cannot bench: --class needs at least 3 submissions and --workers "
+              "at least 1", file=sys.stderr)
+        return 2
+    res = run(args.cls, args.workers, args.alone,
+              lambda m: print(m, file=sys.stderr, flush=True))
+    print(json.dumps(res, indent=1) if args.json else table(res))
+    return 0 if not res["differ"] else 1

@@ -1,0 +1,79 @@
+"""The class `bench --class` grades: mixed as the issue asks, each wrong queue the
+corpus's own, and the progress bar's estimate read against what was left."""
+
+import ast
+import collections
+from pathlib import Path
+
+import nbformat
+
+from autograder.classroom import class_bench, sample_class
+
+
+def test_a_class_is_a_third_correct_a_third_wrong_and_a_third_the_rest(tmp_path):
+    made = sample_class.compose(tmp_path / "submitted", 30)
+    kinds = collections.Counter(kind for _, kind in made.values())
+    assert kinds == {"correct": 10, "wrong": 10, "untouched": 4, "broken": 3,
+                     "hanging": 3}
+    order = [kind for _, kind in made.values()]
+    assert order != sorted(order, key=sample_class.KINDS.index)     # shuffled
+    for student, (name, kind) in made.items():
+        path = (tmp_path / "submitted" / student / "claim_ack_reap" /
+                "claim_ack_reap.ipynb")
+        if name == "cut_short":
+            continue                    # not a notebook: that is its point
+        nb = nbformat.read(str(path), 4)
+        if kind == "hanging":
+            assert nb.cells[-1].source == sample_class.HANGS[name]
+
+
+def test_every_wrong_queue_of_the_corpus_is_in_a_large_class(tmp_path):
+    mutants = {p.stem for p in sample_class.QUEUES.glob("*.py")
+               if p.read_text().lstrip('"').startswith(sample_class.MUTANT)}
+    made = sample_class.compose(tmp_path / "submitted", 300)
+    handed = {name.removeprefix("queue_") for name, _ in made.values()}
+    assert len(mutants) >= 20 and mutants <= handed
+
+
+def _functions(source: str) -> dict[str, str]:
+    return {n.name: ast.dump(n) for n in ast.parse(source).body
+            if isinstance(n, ast.FunctionDef)}
+
+
+def test_a_wrong_queue_in_the_module_cell_is_that_queue(tmp_path):
+    """Inlined, a mutant is its base with its own functions last: each of its
+    functions wins over the base's of that name, unchanged."""
+    for path in sample_class.QUEUES.glob("*.py"):
+        if not path.read_text().lstrip('"').startswith(sample_class.MUTANT):
+            continue
+        text = sample_class.inlined(path)
+        assert "sys.path.insert" not in text and "import *" not in text
+        own = _functions(path.read_text())
+        tree = ast.parse(text)
+        last = {}
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                last[node.name] = ast.dump(node)
+        assert own and all(last[name] == body for name, body in own.items()), path
+
+
+def test_the_estimate_is_read_at_each_fraction_of_the_class():
+    heard = [(0.0, "[.....] 0/10 graded, 2 running, 0 failed, time left: after"),
+             (10.0, "[##...] 1/10 graded, 2 running, 0 failed, ~90 s left"),
+             (30.0, "[####.] 3/10 graded, 2 running, 0 failed, ~70 s left"),
+             (60.0, "[#####] 5/10 graded, 2 running, 0 failed, ~60 s left"),
+             (95.0, "[#####] 8/10 graded, 2 running, 0 failed, ~24 s left"),
+             (100.0, "graded")]
+    got = class_bench.estimates(heard, end=120.0)
+    assert got == [{"done": 0.1, "said_s": 90, "was_s": 110.0},
+                   {"done": 0.3, "said_s": 70, "was_s": 90.0},
+                   {"done": 0.5, "said_s": 60, "was_s": 60.0},
+                   {"done": 0.8, "said_s": 24, "was_s": 25.0}]
+
+
+def test_scores_come_from_the_class_csv(tmp_path):
+    (tmp_path / "grades.csv").write_text(
+        "student,assignment,sha256,score,max_score,grade_s,checks\n"
+        "s001,claim_ack_reap,ab,29,29,12.5,x=1\n")
+    assert class_bench.scores(tmp_path) == {"s001": (29.0, 29.0, 12.5)}
+    assert class_bench.scores(Path(tmp_path / "none")) == {}
