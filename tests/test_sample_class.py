@@ -75,5 +75,15 @@ def test_scores_come_from_the_class_csv(tmp_path):
     (tmp_path / "grades.csv").write_text(
         "student,assignment,sha256,score,max_score,grade_s,checks\n"
         "s001,claim_ack_reap,ab,29,29,12.5,x=1\n")
-    assert class_bench.scores(tmp_path) == {"s001": (29.0, 29.0, 12.5)}
+    assert class_bench.scores(tmp_path) == {"s001": (29.0, 29.0, 12.5, {"x": 1.0})}
     assert class_bench.scores(Path(tmp_path / "none")) == {}
+
+
+def test_points_apart_from_grading_alone_are_named_by_check():
+    alone = {"a": 1.0, "chaos": 2.0}
+    same = (3.0, 3.0, 1.0, {"a": 1.0, "chaos": 2.0})
+    lucky = (1.0, 3.0, 1.0, {"a": 1.0, "chaos": 0.0})
+    assert class_bench.differences(alone, [same, same]) == {}
+    assert class_bench.differences(alone, [same, lucky]) == {"chaos": [2.0, 2.0, 0.0]}
+    assert class_bench.differences(None, [same]) == {"grade": [False, True]}
+    assert class_bench.differences(alone, [None]) == {"grade": [True, False]}
