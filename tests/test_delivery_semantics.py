@@ -66,3 +66,30 @@ def test_a_failed_repeat_call_says_it_was_the_repeat():
     out = ds._repeated(BY["window_escapes"], obs, key, "window_escapes(1000)")
     assert not out.ok
     assert "called again" in out.message and "returned 195" in out.message
+
+
+def test_the_reference_reads_only_its_own_thread_s_prints(monkeypatch):
+    """Other threads print while the page's numbers are computed (the corpus
+    command grades in threads): each of their lines still reaches stdout."""
+    import io
+    import sys
+    import threading
+
+    seen = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", seen)
+    ds._reference.cache_clear()
+    done, said = threading.Event(), []
+
+    def chatter():
+        while not done.is_set():
+            said.append(f"line {len(said)}")
+            print(said[-1])
+    t = threading.Thread(target=chatter)
+    t.start()
+    try:
+        ref = ds.reference()
+    finally:
+        done.set()
+        t.join()
+    assert said and seen.getvalue().splitlines() == said
+    assert set(ref["rows"]) == set(ds.ROWS) and set(ref["windows"]) == set(ds.WINDOWS)

@@ -272,8 +272,25 @@ _REFERENCE_LOCK = threading.Lock()
 
 def reference() -> dict:
     """The page's numbers, from the page's script, now (once per process)."""
-    with _REFERENCE_LOCK:             # redirect_stdout is process-wide
+    with _REFERENCE_LOCK:
         return _reference()
+
+
+class _ThisThreadsPrints:
+    """sys.stdout while one thread's prints are read: that thread's go to
+    `into`, every other thread's where they went. (redirect_stdout alone takes
+    every thread's: a line the corpus command printed meanwhile was lost.)"""
+
+    def __init__(self, into: io.StringIO):
+        self.into, self.rest = into, sys.stdout
+        self.owner = threading.get_ident()
+
+    def write(self, text: str) -> int:
+        mine = threading.get_ident() == self.owner
+        return (self.into if mine else self.rest).write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self.rest, name)
 
 
 @functools.lru_cache(maxsize=1)
@@ -281,7 +298,7 @@ def _reference() -> dict:
     from handson import c01_job_scheduler as c01
 
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    with contextlib.redirect_stdout(_ThisThreadsPrints(out)):
         s = c01.collect(upto=4, show=True)
         c01.assembly(s)
     text = out.getvalue()
