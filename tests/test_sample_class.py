@@ -87,3 +87,4 @@ def test_points_apart_from_grading_alone_are_named_by_check():
     assert class_bench.differences(alone, [same, lucky]) == {"chaos": [2.0, 2.0, 0.0]}
     assert class_bench.differences(None, [same]) == {"grade": [False, True]}
     assert class_bench.differences(alone, [None]) == {"grade": [True, False]}
+    assert class_bench.differences(None, [None, None]) == {}

@@ -79,9 +79,11 @@ def _alone(path: Path) -> dict | None:
 
 def differences(alone: dict | None, copies: list) -> dict[str, list]:
     """check -> [its points alone, then in each copy of the class] where they
-    are not all one; {"grade": ...} where a grade is missing."""
-    if alone is None or any(c is None for c in copies):
-        return {"grade": [alone is not None, *(c is not None for c in copies)]}
+    are not all one; {"grade": [whether each was graded]} where some were not
+    (none graded, as a file that is no notebook, is agreement)."""
+    graded = [alone is not None, *(c is not None for c in copies)]
+    if not all(graded):
+        return {"grade": graded} if any(graded) else {}
     return {name: [points, *(c[3].get(name) for c in copies)]
             for name, points in alone.items()
             if any(c[3].get(name) != points for c in copies)}
