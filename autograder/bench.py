@@ -95,14 +95,13 @@ def measure(cmd: list[str], cwd: Path | None = None, echo=None) -> dict:
                    "-m", "autograder.bench", str(out), "--", *cmd]
         else:
             run = cmd
-        proc = subprocess.Popen(run, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
         said: collections.deque = collections.deque(maxlen=50)
-        for line in proc.stderr:
-            said.append(line)
-            if echo:
-                echo(line.rstrip("\n"))
-        proc.wait()
+        with subprocess.Popen(run, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) as proc:
+            for line in proc.stderr:
+                said.append(line)
+                if echo:
+                    echo(line.rstrip("\n"))
         got = {"returncode": proc.returncode, "wall_s": time.monotonic() - t0,
                "cpu_s": _cpu_children() - cpu0, "tasks": None}
         if run is not cmd:

@@ -81,7 +81,7 @@ def test_the_reference_reads_only_its_own_thread_s_prints(monkeypatch):
     done, said = threading.Event(), []
 
     def chatter():
-        while not done.is_set():
+        while not done.wait(0.001):
             said.append(f"line {len(said)}")
             print(said[-1])
     t = threading.Thread(target=chatter)

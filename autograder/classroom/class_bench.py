@@ -2,10 +2,11 @@
 
 The class is `sample_class.compose`'s (claim_ack_reap: a third correct, a third
 wrong, a third untouched, broken or hanging, in a shuffled order).
-`grade-class` grades it on this machine (`--workers`, default one per core),
+`grade-class` grades it on this machine (`--workers`, default grade-class's),
 measured as `bench` measures one grade: every process's CPU, by the kernel's
 own accounting. It prints the wall and CPU time; how the progress bar's
-estimate of the time left compared with the time that was really left; and
+estimate of the time left compared with the time that was really left to the
+last grade (the gradebook, export and cluster's end come after); and
 per kind, the mean points and seconds a grade. With `--alone`, one copy of
 each distinct notebook is graded alone too, and every copy in the class must
 have its points, check by check (a check that sees a bug only when a kill
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -25,22 +27,23 @@ from collections import defaultdict
 from pathlib import Path
 
 from autograder import bench
-from autograder.classroom import sample_class
+from autograder.classroom import grade_class, sample_class
 from autograder.notebooks import notebook
 
 BAR = re.compile(r"\] (\d+)/(\d+) graded.*~(\d+) s left")
 AT = (0.1, 0.25, 0.5, 0.75)             # where the estimate is read, of the class
-ALONE_TIMEOUT_S = 900
 
 
 def estimates(heard: list[tuple[float, str]], end: float) -> list[dict]:
-    """The bar's "~N s left" nearest each fraction of AT, beside what was left."""
+    """The bar's "~N s left" first read at or past each fraction of AT, beside
+    the time that was left to its last grade (`end` if it never said all)."""
     seen = []
     for t, line in heard:
         m = BAR.search(line)
         if m:
             done, total, left = map(int, m.groups())
             seen.append((done / total, t, left))
+    end = next((t for frac, t, _ in seen if frac >= 1), end)
     out = []
     for at in AT:
         later = [s for s in seen if s[0] >= at]
@@ -66,11 +69,17 @@ def scores(course: Path) -> dict[str, tuple[float, float, float, dict]]:
 
 
 def _alone(path: Path) -> dict | None:
-    """{check: points} of one notebook graded by itself (None: no grade)."""
+    """{check: points} of one notebook graded by itself as grade-class grades
+    one (its own Redis, its time limit, its exit codes); None: no grade."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDIS_URL", "DATABASE_URL")}
     try:
         done = subprocess.run([sys.executable, "-m", "autograder", "grade",
                                str(path), "--json"], capture_output=True, text=True,
-                              timeout=ALONE_TIMEOUT_S, cwd=notebook.REPO)
+                              timeout=grade_class.GRADE_TIMEOUT_S, env=env,
+                              cwd=notebook.REPO)
+        if done.returncode not in (0, 1):
+            return None
         return {c["name"]: float(c["points"])
                 for c in json.loads(done.stdout)["checks"]}
     except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):

@@ -10,11 +10,14 @@ file cut short) or hanging (a scratch cell that spins, one that sleeps). The
 students come in a shuffled order, as a real class's kinds do.
 
 `python -m autograder bench --class N` grades such a class and says what it
-cost (`autograder.bench.class_bench`).
+cost (`autograder.classroom.class_bench`). A wrong queue that imports another
+of the corpus's modules besides its base cannot be one module cell: it is left
+out.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import random
 from collections.abc import Callable
@@ -58,6 +61,17 @@ def inlined(mutant: Path) -> str:
     return base.rstrip("\n") + "\n\n\n" + "\n".join(own) + "\n"
 
 
+def imports_a_sibling(mutant: Path) -> bool:
+    """It imports a corpus module other than its base (one more file)."""
+    names = set()
+    for node in ast.walk(ast.parse(mutant.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return any((QUEUES / f"{n}.py").exists() for n in names - {BASE})
+
+
 def _with_module(source: str) -> nbformat.NotebookNode:
     nb = _source()
     cell = next(c for c in nb.cells
@@ -95,7 +109,8 @@ def variants(scratch: Path) -> dict[str, tuple[str, Callable[[], bytes]]]:
                     "broken" if name in BROKEN else "wrong")
             out[name] = (kind, corpus_nb(name))
     for path in sorted(QUEUES.glob("*.py")):
-        if path.read_text().lstrip('"').startswith(MUTANT):
+        if path.read_text().lstrip('"').startswith(MUTANT) \
+                and not imports_a_sibling(path):
             out[f"queue_{path.stem}"] = ("wrong", nb_bytes(
                 lambda p=path: _with_module(inlined(p))))
     release = notebook.RELEASE_DIR / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
@@ -110,16 +125,20 @@ def variants(scratch: Path) -> dict[str, tuple[str, Callable[[], bytes]]]:
 
 def plan(n: int, names: dict[str, str], seed: int = 0) -> list[str]:
     """n variant names: a third correct, a third wrong, the rest untouched,
-    broken and hanging in thirds; each kind's variants in turn; shuffled."""
+    broken and hanging in thirds; each kind's variants in turn (in an order of
+    the seed's, so a small class holds others than the first); shuffled."""
+    rng = random.Random(seed)
     by_kind = {k: sorted(v for v, kind in names.items() if kind == k)
                for k in KINDS}
+    for variants_of_kind in by_kind.values():
+        rng.shuffle(variants_of_kind)
     third = n // 3
     rest = n - 2 * third
     counts = {"correct": third, "wrong": third, "untouched": rest - 2 * (rest // 3),
               "broken": rest // 3, "hanging": rest // 3}
     picks = [by_kind[k][i % len(by_kind[k])]
              for k in KINDS for i in range(counts[k])]
-    random.Random(seed).shuffle(picks)
+    rng.shuffle(picks)
     return picks
 
 

@@ -276,31 +276,20 @@ def reference() -> dict:
         return _reference()
 
 
-class _ThisThreadsPrints:
-    """sys.stdout while one thread's prints are read: that thread's go to
-    `into`, every other thread's where they went. (redirect_stdout alone takes
-    every thread's: a line the corpus command printed meanwhile was lost.)"""
-
-    def __init__(self, into: io.StringIO):
-        self.into, self.rest = into, sys.stdout
-        self.owner = threading.get_ident()
-
-    def write(self, text: str) -> int:
-        mine = threading.get_ident() == self.owner
-        return (self.into if mine else self.rest).write(text)
-
-    def __getattr__(self, name: str):
-        return getattr(self.rest, name)
-
-
 @functools.lru_cache(maxsize=1)
 def _reference() -> dict:
     from handson import c01_job_scheduler as c01
 
+    # The script's own prints, read through its module's `print`: swapping
+    # sys.stdout would take every thread's (a line the corpus command printed
+    # meanwhile was lost so), and free what a print in flight still used.
     out = io.StringIO()
-    with contextlib.redirect_stdout(_ThisThreadsPrints(out)):
+    c01.print = functools.partial(print, file=out)
+    try:
         s = c01.collect(upto=4, show=True)
         c01.assembly(s)
+    finally:
+        del c01.print
     text = out.getvalue()
     rows = {}
     for design, label in ROWS.items():

@@ -153,8 +153,9 @@ def leave(code: int) -> typing.NoReturn:
     functions, weakref finalizers, stdout and stderr flushed), but without
     tearing down every module: in a fork of a server that teardown writes to
     all the memory the fork shares, and cost a forked worker 60 ms of CPU, five
-    times what the rest of its start cost. (Every file the course's own
-    processes write is closed where it is written.)"""
+    times what the rest of its start cost. As after os._exit, a file left open
+    loses what it had not yet written: the course's own processes close theirs
+    where they write them."""
     with contextlib.suppress(BaseException):
         threading._shutdown()
     with contextlib.suppress(BaseException):
