@@ -86,6 +86,10 @@ def test_the_estimate_is_read_at_each_fraction_of_the_class():
     # the time left runs to the last grade, not to the command's end
     done = [*heard, (110.0, "[#####] 10/10 graded, 0 running, 0 failed, ~0 s left")]
     assert class_bench.estimates(done, end=130.0)[-1]["was_s"] == 15.0
+    # a class of 3: one reading stands for both fractions it passes
+    three = [(5.0, "[#..] 1/3 graded, 1 running, 0 failed, ~20 s left"),
+             (9.0, "[###] 3/3 graded, 0 running, 0 failed, ~0 s left")]
+    assert [e["done"] for e in class_bench.estimates(three, end=9.0)] == [0.33, 1.0]
 
 
 def test_scores_come_from_the_class_csv(tmp_path):

@@ -47,10 +47,10 @@ def estimates(heard: list[tuple[float, str]], end: float) -> list[dict]:
     out = []
     for at in AT:
         later = [s for s in seen if s[0] >= at]
-        if later:
-            frac, t, left = later[0]
-            out.append({"done": round(frac, 2), "said_s": left,
-                        "was_s": round(end - t, 1)})
+        reading = later and {"done": round(later[0][0], 2), "said_s": later[0][2],
+                             "was_s": round(end - later[0][1], 1)}
+        if reading and reading not in out:      # a small class: one for two
+            out.append(reading)
     return out
 
 
