@@ -18,6 +18,7 @@ import pytest
 import handson.q
 from handson.faults import timeline
 from handson.queues import checks
+from handson.queues.checkbase import NOT_JUDGED
 from handson.queues.checks import run_checks
 from handson.redis_server import RedisUnavailable
 
@@ -483,5 +484,8 @@ def extend(r, job_id, attempt, lease_s, *, queue="q"):
     time.sleep(0.45)
     return _extend_now(r, job_id, attempt, lease_s, queue=queue)
 ''')
-    [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
+    for _ in range(3):      # a machine too busy to judge says so: asked again
+        [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
+        if not res.got.startswith(NOT_JUDGED):
+            break
     assert not res.ok and "extend took" in res.got, res
