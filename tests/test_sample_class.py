@@ -28,8 +28,7 @@ def test_a_class_is_a_third_correct_a_third_wrong_and_a_third_the_rest(tmp_path)
 
 
 def _mutants() -> list[Path]:
-    return [p for p in sorted(sample_class.QUEUES.glob("*.py"))
-            if p.read_text().lstrip('"').startswith(sample_class.MUTANT)]
+    return sample_class.mutants()
 
 
 def test_every_wrong_queue_of_the_corpus_is_in_a_large_class(tmp_path):

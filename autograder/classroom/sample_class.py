@@ -25,13 +25,12 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.judges import corpus
 from autograder.notebooks import notebook
 
 ASSIGNMENT = "claim_ack_reap"
 MODULE_CELL = "myqueue"                     # the answer cell that writes myqueue.py
-CORPUS = notebook.REPO / "tests" / "corpus"
-QUEUES = CORPUS / "queues"
-MUTANT = "Broken on purpose:"
+QUEUES = corpus.CORPUS
 BASE = "mini_correct"                       # what each wrong queue star-imports
 BROKEN = ("a2_syntax_error", "a2_sys_exit_on_import")
 HANGS = {"spins": "while True:\n    pass\n",
@@ -41,7 +40,7 @@ KINDS = ("correct", "wrong", "untouched", "broken", "hanging")
 
 def _bugs():
     """The corpus of wrong and correct notebooks (tests/corpus/submissions)."""
-    path = CORPUS / "submissions" / "bugs.py"
+    path = corpus.ROOT / "submissions" / "bugs.py"
     spec = importlib.util.spec_from_file_location("eo_sample_bugs", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -59,6 +58,11 @@ def inlined(mutant: Path) -> str:
     own = [line for line in mutant.read_text().splitlines()
            if not line.startswith(("sys.path.insert(", f"from {BASE} import"))]
     return base.rstrip("\n") + "\n\n\n" + "\n".join(own) + "\n"
+
+
+def mutants() -> list[Path]:
+    """The module corpus's wrong queues (as the corpus command finds them)."""
+    return [Path(spec) for _, spec, mutant in corpus.queues(QUEUES) if mutant]
 
 
 def imports_a_sibling(mutant: Path) -> bool:
@@ -108,9 +112,8 @@ def variants(scratch: Path) -> dict[str, tuple[str, Callable[[], bytes]]]:
             kind = ("correct" if name in bugs.CORRECT else
                     "broken" if name in BROKEN else "wrong")
             out[name] = (kind, corpus_nb(name))
-    for path in sorted(QUEUES.glob("*.py")):
-        if path.read_text().lstrip('"').startswith(MUTANT) \
-                and not imports_a_sibling(path):
+    for path in mutants():
+        if not imports_a_sibling(path):
             out[f"queue_{path.stem}"] = ("wrong", nb_bytes(
                 lambda p=path: _with_module(inlined(p))))
     release = notebook.RELEASE_DIR / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
