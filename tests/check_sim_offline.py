@@ -49,6 +49,23 @@ def drain_text(seconds: float) -> str:
     return f"{seconds:,.0f} s ({seconds / 3600:.2f} h)"
 
 
+def _set_paused(b: Chromium, paused: bool) -> None:
+    """Click Pause (or Resume) until the page says it took.
+
+    A click aimed at a button JupyterLab moved just after it was found lands
+    elsewhere; a missed toggle left the simulation paused at the kill, and the
+    redelivery the test waited for never came.
+    """
+    label = "Resume" if paused else "Pause"
+    shows = f"document.querySelector('[data-qsim=pause]').textContent === '{label}'"
+    for _ in range(3):
+        if b.js(shows):
+            return
+        b.click("[data-qsim=pause]")
+        time.sleep(0.1)
+    assert b.js(shows), f"the simulation's button never showed {label}"
+
+
 def play(b: Chromium) -> dict:
     """Spike, Kill -9 with ack after work, then with ack before work, by real clicks.
 
@@ -62,13 +79,13 @@ def play(b: Chromium) -> dict:
            ".textContent) > 0", 20, "the pool to finish its first jobs")
     # Paused while the spike lands: a page the machine stalls for a few seconds
     # catches up at 4x when it runs again, and drained the spike before a read.
-    b.click("[data-qsim=pause]")
+    _set_paused(b, True)
     before = counters(b)
     b.click("[data-qsim=spike]")
     b.poll("parseFloat(document.querySelector('[data-qsim-counter=waiting]')"
            f".textContent) >= {before['waiting'] + 50}", 5, "the spike to queue")
     after_spike = counters(b)
-    b.click("[data-qsim=pause]")
+    _set_paused(b, False)
     assert after_spike["waiting"] >= before["waiting"] + 50, (before, after_spike)
     report["spike"] = {"waiting_before": before["waiting"],
                        "waiting_after": after_spike["waiting"]}

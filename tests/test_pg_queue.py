@@ -134,7 +134,11 @@ def test_effect_in_the_acks_transaction_is_once_without_a_key(pgq_url, redis_url
     assert s["faults"]["crash_kills"]["after-commit"] >= 3
     assert s["kills"] >= 4 and s["lost"] == 0
     assert s["rows"] == s["distinct"] == s["counter"]
-    assert s["unacked"] == {"died": 0, "refused": 0, "unlogged": 0}
+    # No commit whose job went out again or whose ack was refused. A kill
+    # between finish() returning and the worker logging it leaves a commit
+    # "unlogged": its ack is the same transaction, so it landed, and the job
+    # was never handed out again (a random kill lands there now and then).
+    assert s["unacked"]["died"] == s["unacked"]["refused"] == 0, s["unacked"]
 
 
 def test_the_same_queue_with_the_ack_after_the_commit_applies_twice(pgq_url,
