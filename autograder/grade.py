@@ -112,7 +112,8 @@ def _execution_problems(summary: dict, finished: sandbox.Finished,
     for err in summary.get("errors", []):
         problems.append(f"{err['cell']} raised {err['ename']}: {err['evalue']}"[:400])
     for cell in summary.get("timed_out", []):
-        problems.append(f"{cell} ran past its time limit and was interrupted (an "
+        problems.append(f"{cell} ran past its time limit ({notebook.CELL_TIMEOUT_S}"
+                        " s unless the cell sets its own) and was interrupted (an "
                         "endless loop?); the cells after it still ran")
     if summary.get("kernel_died"):
         problems.append(f"the kernel died in {summary['kernel_died']} (os._exit, a "
@@ -161,7 +162,8 @@ def run_learner_cells(nb, module, workdir: Path, quick: bool,
     timeout = module.NOTEBOOK_TIMEOUT_S
     finished = sandbox.run(
         [sys.executable, "-m", "autograder.notebooks.run_notebook", str(src),
-         str(workdir / "executed.ipynb"), str(summary_path), "--cell-timeout", "60"],
+         str(workdir / "executed.ipynb"), str(summary_path), "--cell-timeout",
+         str(notebook.CELL_TIMEOUT_S)],
         timeout=timeout, cwd=workdir, confined=True,
         read_paths=sandbox.kernel_read_paths(module.__name__ if make_cell else None))
     try:

@@ -25,6 +25,11 @@ REPO = Path(__file__).resolve().parents[2]          # autograder/notebooks/
 # copy (a fix being tried before it is committed, or a test's).
 SOURCE_DIR = Path(os.environ.get("AUTOGRADER_SOURCE_DIR") or REPO / "solutions")
 RELEASE_DIR = REPO / "exercises"
+# How long one of the learner's cells may run before it is interrupted (a cell
+# may set its own in metadata.autograder.timeout). nbgrader's own default for
+# executing a cell (its Execute preprocessor): a scratch loop left in a notebook
+# costs a class that long per submission, and a spinning one that much CPU.
+CELL_TIMEOUT_S = 30
 
 
 # nbgrader's cell tests and checksum (`nbgrader.utils`), as nbgrader writes
