@@ -458,7 +458,9 @@ def test_a_trial_stopped_past_the_lease_is_run_again(tmp_path, redis_url):
     path.write_text(STALLING + "\nSTALLED_JOBS = 2\n")
     [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
     assert res.ok and res.got.startswith("never reaped"), res
-    assert "2 trial(s) before it set aside" in res.got, res
+    # Its own two stalls at least; a loaded machine may stall one more.
+    set_aside = re.search(r"(\d+) trial\(s\) before it set aside", res.got)
+    assert set_aside and int(set_aside[1]) >= 2, res
 
 
 def test_a_process_stopped_in_every_trial_is_judged_on_the_last(tmp_path,

@@ -3,12 +3,12 @@
 Runs INSIDE the sandbox (`autograder.isolation.sandbox`), never in the grader's process:
 
     python -m autograder.notebooks.run_notebook IN.ipynb OUT.ipynb SUMMARY.json \\
-        [--cell-timeout SECONDS]
+        --cell-timeout SECONDS
 
 Errors do not stop the run (a learner's broken cell must not hide the cells
 after it). A cell that runs past its limit (`metadata.autograder.timeout`, else
---cell-timeout, else notebook.CELL_TIMEOUT_S) is interrupted and recorded as a
-`CellTimeout` error, and the run goes on; a kernel that dies ends the run.
+--cell-timeout: the grader gives notebook.CELL_TIMEOUT_S) is interrupted and
+recorded as a `CellTimeout` error, and the run goes on; a kernel that dies ends the run.
 The summary names the cells.
 """
 
@@ -23,8 +23,6 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from traitlets.config import Config
-
-from autograder.notebooks.notebook import CELL_TIMEOUT_S
 
 
 def _cell_id(cell, index: int) -> str:
@@ -94,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("src")
     p.add_argument("dst")
     p.add_argument("summary")
-    p.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S)
+    p.add_argument("--cell-timeout", type=float, required=True)
     args = p.parse_args(argv)
     execute(args.src, args.dst, args.summary, args.cell_timeout)
     return 0
