@@ -5,8 +5,10 @@ scratch instance.
 """
 
 import os
+import resource
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 from cdp import find_chromium
@@ -30,15 +32,33 @@ def r(redis_url):
 
 def pytest_collection_modifyitems(items):
     """Files marked `long` first, the rest in their order: `make test` hands out
-    whole files in this order (--no-loadscope-reorder), and the corpus command's
-    eight minutes, handed out last, ran alone at the end of the suite."""
+    whole files in this order (--no-loadscope-reorder), so the corpus command's
+    eight minutes start with the suite, not when its five tests come up."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
+def _cpu_s() -> float:
+    """This process's CPU and that of the children it has waited for."""
+    own, kids = (resource.getrusage(who) for who in
+                 (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def pytest_runtest_setup(item):
+    item.stash[_CPU_AT] = _cpu_s()
+
+
+_CPU_AT = pytest.StashKey[float]()
+_CPU_BY_FILE: Counter = Counter()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Under CI every skip is a failure: CI installs what the tests need
-    (.ci/services), so a skip there hides a test that never ran."""
+    (.ci/services), so a skip there hides a test that never ran.
+    A test's CPU (its processes' too) rides on its teardown report."""
+    if call.when == "teardown" and _CPU_AT in item.stash:
+        item.user_properties.append(("cpu_s", _cpu_s() - item.stash[_CPU_AT]))
     outcome = yield
     report = outcome.get_result()
     if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
@@ -66,3 +86,20 @@ def cpu_hog():
     for p in hogs:
         p.kill()
         p.wait()
+
+
+def pytest_runtest_logreport(report):
+    for key, value in report.user_properties:
+        if key == "cpu_s":
+            _CPU_BY_FILE[report.nodeid.split("::")[0]] += value
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Where the suite's CPU goes, by file: on two cores, not the wall time of
+    one test but the CPU of all of them sets how long the suite takes."""
+    if not _CPU_BY_FILE:
+        return
+    total = sum(_CPU_BY_FILE.values())
+    terminalreporter.write_sep("=", f"CPU by test file ({total:.0f} s in all)")
+    for path, cpu in _CPU_BY_FILE.most_common(12):
+        terminalreporter.write_line(f"{cpu:8.1f} s  {path}")
