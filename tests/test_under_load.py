@@ -116,7 +116,7 @@ def extend(r, job_id, attempt, lease_s, *, queue="q"):
 def test_a_correct_heartbeat_keeps_its_point_on_a_machine_that_holds_it(
         tmp_path, redis_url, monkeypatch, host):
     """The reference queue, its beating thread (after three beats) at the
-    lowest priority on a CPU that a process holds 0.7 s in every 1.5 s: the
+    lowest priority on a CPU that a process holds 1.5 s in every 2.3 s: the
     beats come late while the reaper runs on, as on a loaded machine. The
     point is kept, whichever trial is judged, also when extend runs in a host
     process of its own, as under the grader."""
@@ -124,11 +124,17 @@ def test_a_correct_heartbeat_keeps_its_point_on_a_machine_that_holds_it(
         monkeypatch.setenv("EO_LEARNER_PREFIX", host)
     path = tmp_path / "held.py"
     path.write_text(HELD)
-    hog = _pinned_hog(0.7, 0.8)
-    try:
-        [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
-    finally:
-        hog.kill()
-        hog.wait()
-    assert res.ok, res.got
+    # A thread at the lowest priority that wakes from a sleep still gets a
+    # slice soon enough now and then, so a run may see no hold at all (1 in 4
+    # on a quiet machine): run again, up to five runs, until one shows it.
+    for _ in range(5):
+        hog = _pinned_hog(1.5, 0.8)
+        try:
+            [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
+        finally:
+            hog.kill()
+            hog.wait()
+        assert res.ok, res.got
+        if "before it set aside" in res.got or "not judged" in res.got:
+            break
     assert "before it set aside" in res.got or "not judged" in res.got, res.got
