@@ -30,13 +30,6 @@ def r(redis_url):
     client.close()
 
 
-def pytest_collection_modifyitems(items):
-    """Files marked `long` first, the rest in their order: `make test` hands out
-    whole files in this order (--no-loadscope-reorder), so the corpus command's
-    eight minutes start with the suite, not when its five tests come up."""
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
-
-
 def _cpu_s() -> float:
     """This process's CPU and that of the children it has waited for."""
     own, kids = (resource.getrusage(who) for who in

@@ -35,7 +35,7 @@ from autograder.notebooks import feedback, notebook
 from handson.queues import cost
 
 # Grading the whole corpus once (the module fixture) takes minutes.
-pytestmark = [pytest.mark.timeout(1800), pytest.mark.long]
+pytestmark = pytest.mark.timeout(1800)
 
 corpus = load_path("bugs", notebook.REPO / "tests" / "corpus" / "submissions"
                    / "bugs.py")

@@ -17,7 +17,7 @@ import pytest
 
 from autograder.judges import corpus
 
-pytestmark = [pytest.mark.timeout(1500), pytest.mark.long]
+pytestmark = pytest.mark.timeout(1500)
 
 CAUGHT_BY = {
     "ack_check_then_act": "interleavings",

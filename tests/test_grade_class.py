@@ -26,7 +26,7 @@ from autograder.classroom import grade_class
 from autograder.notebooks import notebook
 
 # Grading the whole corpus once (the module fixture) takes minutes.
-pytestmark = [pytest.mark.timeout(1800), pytest.mark.long]
+pytestmark = pytest.mark.timeout(1800)
 
 ROOT = notebook.REPO
 sys.path.insert(0, str(ROOT / "tests"))

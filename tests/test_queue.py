@@ -269,8 +269,12 @@ def test_works_with_decoded_responses(redis_url, r):
 
 
 def test_heartbeat_from_a_thread_survives_concurrent_reapers(r, redis_url):
-    """Many jobs heartbeating while several reapers run: none is taken away."""
-    lease = 0.5
+    """Many jobs heartbeating while several reapers run: none is taken away.
+
+    The lease is long enough (2 s, a beat every 0.67 s) that only a stall of
+    the beating thread past 1.3 s loses it: at 0.5 s the suite's own load
+    stalled it past a lease in a fresh-clone run."""
+    lease = 2.0
     for i in range(10):
         q.enqueue(r, {}, f"h{i}")
     jobs = q.claim_batch(r, lease, 10)
@@ -295,7 +299,7 @@ def test_heartbeat_from_a_thread_survives_concurrent_reapers(r, redis_url):
         threading.Thread(target=reaper, args=(out,)) for out in results]
     for t in threads:
         t.start()
-    time.sleep(10 * lease)
+    time.sleep(4 * lease)
     stop.set()
     for t in threads:
         t.join(10)
