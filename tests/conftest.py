@@ -30,6 +30,10 @@ def r(redis_url):
     client.close()
 
 
+_CPU_AT = pytest.StashKey[float]()
+_CPU_BY_FILE: Counter = Counter()
+
+
 def _cpu_s() -> float:
     """This process's CPU and that of the children it has waited for."""
     own, kids = (resource.getrusage(who) for who in
@@ -39,10 +43,6 @@ def _cpu_s() -> float:
 
 def pytest_runtest_setup(item):
     item.stash[_CPU_AT] = _cpu_s()
-
-
-_CPU_AT = pytest.StashKey[float]()
-_CPU_BY_FILE: Counter = Counter()
 
 
 @pytest.hookimpl(hookwrapper=True)
