@@ -350,3 +350,27 @@ def test_a_missed_pause_point_is_said_in_learner_words():
     assert 'never called pause("after-claim")' in text and "returned 'sent'" in text
     assert "worker 12" not in text and "expected 'paused" not in text
     assert missed_pause("database is locked") == "database is locked"
+
+
+def test_a_looping_cell_is_interrupted_at_the_grader_s_cell_limit(tmp_path,
+                                                                   monkeypatch):
+    """The grader's limit reaches the runner (30 s in a grade; 2 s here), the
+    cells after the loop still run, and the problem names the limit."""
+    import types
+
+    import nbformat
+
+    from autograder import grade
+    from autograder.notebooks import notebook
+
+    monkeypatch.setattr(notebook, "CELL_TIMEOUT_S", 2)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import time\nwhile True:\n"
+                                          "    time.sleep(0.1)"),
+                nbformat.v4.new_code_cell("open('after.txt', 'w').write('ran')")]
+    module = types.SimpleNamespace(__name__="none", NOTEBOOK_TIMEOUT_S=60)
+    start = time.monotonic()
+    problems, _ = grade.run_learner_cells(nb, module, tmp_path, quick=True)
+    assert time.monotonic() - start < 30
+    assert any("cell 1 ran past its time limit (2 s" in p for p in problems), problems
+    assert (tmp_path / "after.txt").read_text() == "ran"

@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import nbformat
 from nbclient import NotebookClient
@@ -60,6 +61,7 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float) -> dict:
             for index, cell in enumerate(nb.cells):
                 if cell.cell_type != "code":
                     continue
+                started = time.monotonic()
                 try:
                     client.execute_cell(cell, index)
                 except CellTimeoutError:
@@ -69,8 +71,13 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float) -> dict:
                     summary["kernel_died"] = _cell_id(cell, index)
                     break
                 summary["executed"] += 1
+                # The interrupt at the limit can reach the kernel before
+                # nbclient records its own error: the cell then raised
+                # KeyboardInterrupt, which the learner did not press.
+                late = time.monotonic() - started >= timeout_of(cell)
                 for out in cell.get("outputs", []):
-                    if out.get("ename") == "CellTimeout":
+                    if out.get("ename") == "CellTimeout" or (
+                            late and out.get("ename") == "KeyboardInterrupt"):
                         summary["timed_out"].append(_cell_id(cell, index))
                     elif out.get("output_type") == "error":
                         summary["errors"].append({
