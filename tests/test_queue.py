@@ -385,3 +385,13 @@ def test_batches_of_any_size_and_any_id(r):
     pairs = [(j[0], j[2]) for j in jobs]
     assert q.ack_batch(r, pairs + pairs[:1]) == [True] * len(ids) + [False]
     assert q.stats(r)["inflight"] == 0 and q.stats(r)["done"] == len(ids)
+
+
+def test_a_claimer_that_empties_the_queue_between_kills_gets_more_jobs(
+        redis_url, monkeypatch):
+    """Between two kills a claimer can take every pending job (its killer was
+    starved of CPU), and then it claims nothing: that is not a queue that makes
+    a new worker wait, so the check enqueues more. Eight jobs for 24 kills."""
+    monkeypatch.setattr(checks._claims_survive_kills, "__defaults__", (8, 1, 24))
+    [res] = checks.run_checks("handson.q", redis_url, ["claim_atomic_concurrent"])
+    assert res.ok, res.line()

@@ -139,6 +139,7 @@ SEEDS, QUICK_SEEDS = (1,), (1,)
 # the longest has a lane to itself.
 ALONE, LANES = ("claim_atomic_concurrent",), 3
 CHAOS_TIMEOUT_S = 180
+PROBE_S = 30            # for the module's import, before any check
 
 
 def _db(url: str, index: int) -> str:
@@ -254,7 +255,7 @@ def _gate_first(path: str, redis_url: str, groups: list[list[str]],
     often cannot drain (it ran its 150 s out while the checks took 20 s)."""
     gate, left, cost = queue_runs.contract_then_cost(
         path, redis_url, list(GATE), timeout=90,
-        cost_url=None if quick else _db(redis_url, 15))
+        cost_url=None if quick else _db(redis_url, 15), probe_s=PROBE_S)
     if any(_blocked(gate.get(n)) for n in GATE):
         return gate, {}, left, [], cost, []
     stop = threading.Event() if quick else None
@@ -279,22 +280,23 @@ def _gate_first(path: str, redis_url: str, groups: list[list[str]],
 
 def evaluate_file(path: str, redis_url: str, quick: bool,
                   shown_path: str = MODULE_FILE) -> Evaluation:
-    """Probe, contract checks, chaos runs: each sandboxed, each with a limit."""
+    """Probe and gate, contract checks, chaos runs: each sandboxed, each with a
+    limit."""
     if not Path(path).exists():
         return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
                                           f"`%%writefile {shown_path}` cell (or "
                                           "restore it) so the grader has a module"))
-    probe = queue_runs.probe(path)
-    if not probe["ok"]:
-        return Evaluation(not_run(CHECKS, probe["error"].replace(path, shown_path)),
-                          [probe["error"].replace(path, shown_path)])
     problems: list[str] = []
     seeds = QUICK_SEEDS if quick else SEEDS
     rest_names = [c.name for c in CONTRACT_CHECKS
                   if c.name not in GATE and c.name not in ALONE]
     groups = [list(ALONE)] + [rest_names[i::LANES] for i in range(LANES)]
-    gate, rest, left, left2, cost, reports = _gate_first(path, redis_url, groups,
-                                                         seeds, quick)
+    try:
+        gate, rest, left, left2, cost, reports = _gate_first(path, redis_url, groups,
+                                                             seeds, quick)
+    except queue_runs.NotLoadable as err:
+        why = str(err).replace(path, shown_path)
+        return Evaluation(not_run(CHECKS, why), [why])
     gate_ok = not any(_blocked(gate.get(n)) for n in GATE)
     if not gate_ok:
         why = "; ".join(f"{n}: {gate[n]['got']}" for n in GATE

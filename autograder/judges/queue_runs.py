@@ -35,26 +35,39 @@ from autograder.isolation import sandbox
 from autograder.judges import live
 from handson.infra import remote_module
 
-PROBE = """
-import json, sys
-from handson.queues.contract import ContractError, load_queue
-try:
-    load_queue(sys.argv[1])
-    print(json.dumps({"ok": True}))
-except ContractError as err:
-    print(json.dumps({"ok": False, "error": str(err)}))
-except BaseException as err:
-    kind = "called sys.exit()" if isinstance(err, SystemExit) else \\
-        f"raised {type(err).__name__}: {err}"
-    print(json.dumps({"ok": False, "error": f"importing {sys.argv[1]} {kind}"}))
+PROBED = """
+def probed(path):
+    import json
+    from handson.queues.contract import ContractError, load_queue
+    try:
+        load_queue(path)
+        return json.dumps({"ok": True})
+    except ContractError as err:
+        return json.dumps({"ok": False, "error": str(err)})
+    except BaseException as err:
+        kind = "called sys.exit()" if isinstance(err, SystemExit) else \\
+            f"raised {type(err).__name__}: {err}"
+        return json.dumps({"ok": False, "error": f"importing {path} {kind}"})
 """
+PROBE = "import sys\n" + PROBED + "print(probed(sys.argv[1]))\n"
 
-CONTRACT = """
-import json, os, selectors, sys
+CONTRACT = PROBED + """
+import gc, json, os, selectors, sys
 from dataclasses import asdict
 from handson.queues.checks import run_checks
+gc.freeze()     # what is imported now, the forks below need not collect again
 path, timeout = sys.argv[1], float(sys.argv[3]) if sys.argv[3] != "-" else None
 lanes = json.loads(sys.argv[2])  # [[redis_url, [check, ...], {env}], ...]
+if sys.argv[5] != "-":          # the probe first, in this harness: one start less
+    from handson.infra import remote_module
+    os.environ.update(lanes[0][2])
+    usual, remote_module.START_TIMEOUT_S = remote_module.START_TIMEOUT_S, \\
+        float(sys.argv[5])
+    probe = json.loads(probed(path))
+    remote_module.START_TIMEOUT_S = usual
+    print(json.dumps({"probe": probe}), flush=True)
+    if not probe["ok"]:
+        sys.exit(0)
 def lane(url, names, env, out):
     os.environ.update(env)      # the lane's database, in its hosts' REDIS_URL too
     passed = True
@@ -153,6 +166,11 @@ def probe(path: str, timeout: float = 30, imports: tuple[str, ...] = ()) -> dict
             return json.loads(line)
         except ValueError:
             continue
+    return _unprobed(path, fin, timeout)
+
+
+def _unprobed(path: str, fin: sandbox.Finished, timeout: float) -> dict:
+    """The probe's verdict when its harness said none."""
     if fin.timed_out:
         return {"ok": False, "error": f"importing {path} did not finish in "
                                       f"{timeout:g} s (an endless loop at import?)"}
@@ -185,17 +203,24 @@ def contract_lanes(path: str, lanes: list[tuple[str, list[str]]], timeout: float
     return results, leftovers
 
 
+class NotLoadable(Exception):
+    """The file cannot be loaded as a queue; the message says why, as `probe`'s."""
+
+
 def contract_then_cost(path: str, redis_url: str, names: list[str],
                        timeout: float, per_check_s: float | None = None,
                        imports: tuple[str, ...] = (), cost_url: str | None = None,
                        on_result: Callable[[dict], None] | None = None,
                        lanes: list[tuple[str, list[str]]] | None = None,
-                       stop: threading.Event | None = None
+                       stop: threading.Event | None = None,
+                       probe_s: float | None = None
                        ) -> tuple[dict, list[str], dict]:
     """`contract`, then, if every check passed, in the same harness (one sandbox
     start less) the file's cost beside the reference's on `cost_url`
     (`handson.queues.cost.compare`), or {"error": why}. The server's counters
-    are server-wide: nothing else may use the server meanwhile."""
+    are server-wide: nothing else may use the server meanwhile.
+    `probe_s`: first `probe` the file in that harness, its import given that
+    long; NotLoadable if it fails, and nothing else runs."""
     lanes = lanes or [(redis_url, names)]
     names = [n for _, lane in lanes for n in lane]
     # Each lane's hosts are told its own database, as a harness of its own
@@ -204,10 +229,11 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
     spec = [[url, list(lane), {k: env[k] for k in ("REDIS_URL", remote_module.ENV)}]
             for (url, lane), env in zip(lanes, envs, strict=True)]
     fin = sandbox.run([sys.executable, "-c", CONTRACT, path, json.dumps(spec),
-                       str(per_check_s) if per_check_s else "-", cost_url or "-"],
+                       str(per_check_s) if per_check_s else "-", cost_url or "-",
+                       f"{probe_s:g}" if probe_s else "-"],
                       timeout=timeout, env=envs[0],
                       on_line=_hearing(on_result), stop=stop)
-    results, cost = {}, {}
+    results, cost, probed = {}, {}, None
     for line in fin.stdout.splitlines():
         try:
             res = json.loads(line)
@@ -217,6 +243,10 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
             results[res["name"]] = res
         elif isinstance(res, dict) and "cost" in res:
             cost = res["cost"]
+        elif isinstance(res, dict) and "probe" in res:
+            probed = res["probe"]
+    if probe_s and not (probed or {}).get("ok"):
+        raise NotLoadable((probed or _unprobed(path, fin, timeout))["error"])
     if cost_url and not cost:
         why = ("not tried: a check failed" if not all(
                    r.get("ok") for r in results.values()) or len(results) < len(names)

@@ -207,9 +207,11 @@ class _Run(Faults):
                 if rc is not None:
                     if rc != -signal.SIGKILL:
                         self.abnormal += 1
+                    self.tally.retire(p.pid)
                     self._start_slot(slot)
             for i, p in enumerate(self.reapers):
                 if p.poll() is not None:        # a crash point inside its reap
+                    self.tally.retire(p.pid)
                     self._start_reaper(i)
             if self.abnormal >= max(3, 2 * cfg.workers) and done == 0:
                 raise _Aborted("workers keep exiting on their own; their log "

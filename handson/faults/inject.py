@@ -154,6 +154,7 @@ class Faults(Pool):
         self.schedule.append((self.tally.claims, "kill reaper", i, self.due))
         self._signal(p, signal.SIGKILL)
         p.wait(timeout=10)
+        self.tally.retire(p.pid)
         self._start_reaper(i)
 
     def _kill_slot(self, slot: int | None) -> None:
@@ -164,6 +165,7 @@ class Faults(Pool):
         self.schedule.append((self.tally.claims, "kill", slot, self.due))
         self._signal(p, signal.SIGKILL)
         p.wait(timeout=10)
+        self.tally.retire(p.pid)
         self.paused.pop(slot, None)
         self.zombies.pop(slot, None)
         self.holds.pop(slot, None)

@@ -43,11 +43,23 @@ class _Tally:
         self.paused_seen = 0                         # ... the engine has taken
         self.no_gap = 0                              # armed reaps with no gap
         self.after_pause: list[dict] = []            # a paused reap's result
+        self.retired: set[int] = set()               # reaped: their logs end
+        self.finished: set[str] = set()              # ... and were read to it
+
+    def retire(self, pid: int) -> None:
+        """The process is reaped: once its log is read to the end, skip it (a
+        run leaves dozens, and the supervisor reads every 20 ms)."""
+        self.retired.add(pid)
 
     def update(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self.dir):
+                if entry.name in self.finished:
+                    continue
                 off = self.offsets.get(entry.name, 0)
+                pid = int(entry.name.split(".")[0])
+                if pid in self.retired:        # what it wrote is all there is
+                    self.finished.add(entry.name)
                 if entry.stat().st_size <= off:
                     continue
                 with open(entry.path, "rb") as f:
@@ -55,7 +67,6 @@ class _Tally:
                     chunk = f.read()
                 end = chunk.rfind(b"\n") + 1
                 self.offsets[entry.name] = off + end
-                pid = int(entry.name.split(".")[0])
                 for line in chunk[:end].splitlines():
                     if b'"ev": "claim"' in line:
                         self.claims += 1
