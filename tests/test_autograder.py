@@ -374,3 +374,27 @@ def test_a_looping_cell_is_interrupted_at_the_grader_s_cell_limit(tmp_path,
     assert time.monotonic() - start < 30
     assert any("cell 1 ran past its time limit (2 s" in p for p in problems), problems
     assert (tmp_path / "after.txt").read_text() == "ran"
+
+
+def test_verdicts_said_at_once_are_heard_one_at_a_time():
+    """Lanes and the chaos run say verdicts from threads of their own; a
+    listener that prints must not get two at once (two prints shared a line)."""
+    import threading
+
+    from autograder.judges import live
+    inside, most = [0], [0]
+
+    def listener(name, ok, why):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.02)
+        inside[0] -= 1
+
+    with live.listening(listener):
+        threads = [threading.Thread(target=live.say, args=(f"c{i}", True))
+                   for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert most[0] == 1

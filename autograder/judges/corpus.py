@@ -32,6 +32,7 @@ import queue
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -220,6 +221,7 @@ def grade_corpus(url: str, folder: Path | None = None, workers: int = 3,
     for item in sorted(items, key=lambda x: x[2]):
         todo.put(item)
     graded: list[Graded] = []
+    one_at_a_time = threading.Lock()    # two prints at once can share a line
 
     def worker(db: int) -> None:
         while True:
@@ -230,7 +232,8 @@ def grade_corpus(url: str, folder: Path | None = None, workers: int = 3,
             g = grade_one(name, spec, mutant, _db(url, db), where)
             graded.append(g)
             if progress:
-                progress(g.line())
+                with one_at_a_time:
+                    progress(g.line())
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for f in [pool.submit(worker, 1 + i) for i in range(workers)]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 Listener = Callable[[str, bool, str], None]     # (check name, passed, why)
 _listeners: list[Listener] = []
 _lock = threading.Lock()
+_speaking = threading.Lock()     # one verdict at a time: two prints can share a line
 
 
 @contextlib.contextmanager
@@ -35,5 +36,6 @@ def listening(listener: Listener | None) -> Iterator[None]:
 def say(name: str, ok: bool, why: str = "") -> None:
     with _lock:
         listeners = list(_listeners)
-    for listener in listeners:
-        listener(name, ok, why)
+    with _speaking:
+        for listener in listeners:
+            listener(name, ok, why)
