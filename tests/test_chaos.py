@@ -587,3 +587,27 @@ def test_graded_run_keeps_correct_queues_valid_with_its_quota(name, redis_url):
     assert crashes["on-poison"] >= 1 and report.stats["dlq"] >= 1, f
     text = report.text()
     assert "at on-poison" in text and "zombies" in text
+
+
+def test_a_reaped_worker_s_pid_given_to_a_new_one_is_read_again(tmp_path):
+    """The supervisor skips the logs of reaped workers; pids wrap around, and a
+    new worker with an old one's pid writes on in its file."""
+    from handson.faults.logs import _Tally
+
+    def log(job):
+        with open(tmp_path / "100.jsonl", "a") as f:
+            f.write(json.dumps({"ev": "claim", "job": job, "attempt": 1, "pid": 100,
+                                "t": 0}) + "\n")
+
+    tally = _Tally(tmp_path)
+    log("a")
+    tally.update()
+    tally.retire(100)
+    tally.update()
+    log("lost to a skipped log")
+    tally.update()
+    assert tally.claims == 1
+    tally.started(100)
+    log("b")
+    tally.update()
+    assert tally.claims == 3 and tally.job_of(100) == "b"

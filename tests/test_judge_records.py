@@ -234,3 +234,34 @@ def test_the_host_environment_does_not_give_the_grader_away(tmp_path, redis_url,
         sandbox.cleanup(tmp_path)
     assert seen == ["HOME", "LANG", "PATH", "PYTHONPATH", "REDIS_URL", "TMPDIR"]
     assert 3500 < skewed < 3700
+
+
+STATS_THREAD = '''
+
+def _report_stats():          # a learner's stats thread: not a daemon
+    import time
+    while True:
+        time.sleep(5)
+
+
+import threading  # noqa: E402
+threading.Thread(target=_report_stats).start()
+'''
+
+
+def test_a_claim_killed_between_its_trips_dies_in_the_learner_s_process_too(
+        tmp_path, redis_url):
+    """The kill test SIGKILLs a claimer with its host: a thread of the
+    learner's that kept the host alive let the claim finish its second round
+    trip after its caller was dead, and the job was never lost."""
+    for name in ("mini_correct", "claim_two_trips"):
+        shutil.copy(QUEUES / f"{name}.py", tmp_path / f"{name}.py")
+    module = tmp_path / "claim_two_trips.py"
+    module.write_text(module.read_text() + STATS_THREAD)
+    try:
+        found, _ = queue_runs.contract(str(module), redis_url,
+                                       ["claim_atomic_concurrent"], 150)
+    finally:
+        sandbox.cleanup(tmp_path)
+    res = found["claim_atomic_concurrent"]
+    assert not res["ok"] and "jobs were gone" in res["got"], res

@@ -38,9 +38,10 @@ from handson.infra import remote_module
 PROBED = """
 def probed(path):
     import json
+    from handson.infra import remote_module
     from handson.queues.contract import ContractError, load_queue
     try:
-        load_queue(path)
+        remote_module.stop(load_queue(path))    # its host goes before any check
         return json.dumps({"ok": True})
     except ContractError as err:
         return json.dumps({"ok": False, "error": str(err)})
@@ -51,8 +52,9 @@ def probed(path):
 """
 PROBE = "import sys\n" + PROBED + "print(probed(sys.argv[1]))\n"
 
-CONTRACT = PROBED + """
+CONTRACT = """
 import gc, json, os, selectors, sys
+""" + PROBED + """
 from dataclasses import asdict
 from handson.queues.checks import run_checks
 gc.freeze()     # what is imported now, the forks below need not collect again

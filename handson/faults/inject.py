@@ -147,6 +147,11 @@ class Faults(Pool):
             self._resume(h)
             self.reaper_stop = None
 
+    def _spawn(self, *args, **kwargs):
+        p = super()._spawn(*args, **kwargs)
+        self.tally.started(p.pid)
+        return p
+
     def _kill_reaper(self, i: int) -> None:
         """A reaper dies like a worker (anywhere in its loop) and is restarted."""
         p = self.reapers[i]

@@ -51,6 +51,12 @@ class _Tally:
         run leaves dozens, and the supervisor reads every 20 ms)."""
         self.retired.add(pid)
 
+    def started(self, pid: int) -> None:
+        """A new process may get a reaped one's pid (ids wrap around), and
+        then writes on in the same log: read it again."""
+        self.retired.discard(pid)
+        self.finished.discard(f"{pid}.jsonl")
+
     def update(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self.dir):

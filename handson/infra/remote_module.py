@@ -9,10 +9,11 @@ the same type name. So the harness that calls the functions, records what they
 returned and judges it, runs no learner code: what a module does on import or
 in a call can change only its own replies.
 
-A call whose first argument is a Redis client goes to a host of its own for
-that client (the host connects to the same server and database), so calls on
-several clients from several threads really run at once, as in-process calls
-would. Hosts share the caller's process group (a SIGKILL or SIGSTOP of the
+A call whose first argument is a Redis client goes to a lane of its own for
+that client in the host (a thread there, with its own connection to the same
+server and database), so calls on several clients from several threads really
+run at once, as in-process calls would; they share the module's process, as
+threads do. Hosts share the caller's process group (a SIGKILL or SIGSTOP of the
 group reaches both) and die with the thread that started them, which is a
 thread that lives as long as the process.
 
@@ -508,6 +509,12 @@ class _Host:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+
+
+def stop(module) -> None:
+    """End the host of a module `load` gave (nothing for an imported one)."""
+    if isinstance(module, RemoteModule):
+        module._host.close()
 
 
 class RemoteModule:

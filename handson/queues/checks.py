@@ -560,7 +560,10 @@ def _reap_concurrent(q, r, url):
 
 
 def _claim_forever(spec: str, url: str, claimed) -> None:
-    """In a child process: claim and never ack, until someone kills us."""
+    """In a child process: claim and never ack, until someone kills us. In a
+    process group of its own, which its host joins: a kill of the group ends
+    the call where it is, in the learner's process too."""
+    os.setpgid(0, 0)
     q = load_queue(spec)
     r = _client(url)
     while True:
@@ -573,6 +576,15 @@ def _claim_forever(spec: str, url: str, claimed) -> None:
 # How long a claimer may go without a claim while jobs are pending (a restart
 # included: a fork and a host, about 0.1 s, more on a loaded machine).
 STILL_S = 15.0
+KILLS_S = 60.0          # for all the kills: about 0.1 s each on a quiet machine
+
+
+def _kill_group(p) -> None:
+    """SIGKILL a claimer and its host (its group), then reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(p.pid, signal.SIGKILL)
+    p.kill()                    # if it had not made its group yet
+    p.join(5)
 
 
 def _claims_survive_kills(q, r, url, n: int = 400, workers: int = 1,
@@ -619,7 +631,7 @@ def _claims_survive_kills(q, r, url, n: int = 400, workers: int = 1,
             procs.append(None)
             counters.append(None)
             start(i)
-        landed, deadline = 0, time.monotonic() + 60
+        landed, still, deadline = 0, False, time.monotonic() + KILLS_S
         while landed < kills and time.monotonic() < deadline:
             i = rng.randrange(workers)
             seen_at = counters[i].value
@@ -628,17 +640,16 @@ def _claims_survive_kills(q, r, url, n: int = 400, workers: int = 1,
                 top_up()
                 time.sleep(0.0005)
             if counters[i].value == seen_at:
+                still = True
                 break                    # it claims nothing: judged below
             time.sleep(rng.uniform(0, 0.002))
-            procs[i].kill()
-            procs[i].join(5)
+            _kill_group(procs[i])
             landed += 1
             start(i)
     finally:
         for p in procs:
             if p is not None:
-                p.kill()
-                p.join(5)
+                _kill_group(p)
     seen: set = set()
     for _ in range(20):                  # drain: everything claimed by the dead
         time.sleep(PAST)                 # expires, is reaped and claimed here
@@ -655,9 +666,10 @@ def _claims_survive_kills(q, r, url, n: int = 400, workers: int = 1,
           "a worker killed between the pop and recording the lease loses the job: "
           "pop, count the attempt and record the lease in ONE script")
     # Fewer kills would prove less than the message above says.
-    _need(landed == kills, f"{landed} of {kills} SIGKILLs landed: a claimer "
-          f"(restarted, {n - claimed()} or more jobs pending) claimed nothing for "
-          f"{STILL_S:g} s",
+    why = (f"a claimer (restarted, {n - claimed()} or more jobs pending) claimed "
+           f"nothing for {STILL_S:g} s" if still else
+           f"in {KILLS_S:g} s, each waiting for its restarted claimer's next claim")
+    _need(landed == kills, f"{landed} of {kills} SIGKILLs landed: {why}",
           "claim returns at once while jobs are pending, a new worker's first "
           "claim too")
 
