@@ -491,3 +491,37 @@ def extend(r, job_id, attempt, lease_s, *, queue="q"):
         if not res.got.startswith(NOT_JUDGED):
             break
     assert not res.ok and "extend took" in res.got, res
+
+
+def test_a_check_stopped_at_its_limit_leaves_no_claimer_behind(tmp_path, redis_url):
+    """The kill test's claimers lead process groups of their own (so that a
+    kill reaches their hosts too); a check stopped at its limit still takes
+    them along, not leaving them to claim forever."""
+    import time
+
+    import psutil
+
+    path = tmp_path / "slow_start.py"
+    path.write_text(SOURCE + f'''
+
+_started = [None]
+_reference_claim = claim
+
+
+def claim(r, lease_s, **kw):
+    import os
+    import time
+    if _started[0] != os.getpid():
+        _started[0] = os.getpid()
+        open(os.path.join({str(tmp_path)!r}, f"claimer-{{os.getpid()}}"), "w").close()
+        time.sleep(3)
+    return _reference_claim(r, lease_s, **kw)
+''')
+    [res] = run_checks(str(path), redis_url, ["claim_atomic_concurrent"], timeout=6)
+    assert "no answer after 6 s" in res.got, res.got
+    time.sleep(0.5)
+    pids = [int(p.name.split("-")[1]) for p in tmp_path.glob("claimer-*")]
+    assert pids, "no claimer started"
+    left = [pid for pid in pids if psutil.pid_exists(pid)
+            and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert not left, left

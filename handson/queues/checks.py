@@ -559,10 +559,12 @@ def _reap_concurrent(q, r, url):
     return f"requeued {n} once, buried {n} once, attempts 2"
 
 
-def _claim_forever(spec: str, url: str, claimed) -> None:
+def _claim_forever(spec: str, url: str, claimed, parent: int) -> None:
     """In a child process: claim and never ack, until someone kills us. In a
     process group of its own, which its host joins: a kill of the group ends
-    the call where it is, in the learner's process too."""
+    the call where it is, in the learner's process too. Out of the check's
+    group, it dies with the check instead (a check stopped at its limit)."""
+    die_with_parent(parent)
     os.setpgid(0, 0)
     q = load_queue(spec)
     r = _client(url)
@@ -580,10 +582,12 @@ KILLS_S = 60.0          # for all the kills: about 0.1 s each on a quiet machine
 
 
 def _kill_group(p) -> None:
-    """SIGKILL a claimer and its host (its group), then reap it."""
+    """SIGKILL a child that leads a process group, with all it started there,
+    then reap it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(p.pid, signal.SIGKILL)
-    p.kill()                    # if it had not made its group yet
+    if p.is_alive():            # not yet in its own group
+        p.kill()
     p.join(5)
 
 
@@ -622,7 +626,7 @@ def _claims_survive_kills(q, r, url, n: int = 400, workers: int = 1,
             before[0] += counters[i].value
         counters[i] = ctx.RawValue("q", 0)
         procs[i] = ctx.Process(target=_claim_forever,
-                               args=(_SPEC[0], url, counters[i]))
+                               args=(_SPEC[0], url, counters[i], os.getpid()))
         procs[i].start()
 
     try:
@@ -869,11 +873,7 @@ def _run_one(name: str, spec: str, url: str, timeout: float | None = None
                 with contextlib.suppress(EOFError):
                     result = CheckResult(**parent.recv())
     finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(p.pid, signal.SIGKILL)   # the check and anything it started
-        if p.is_alive():                       # not yet in its own group
-            p.kill()
-        p.join(5)
+        _kill_group(p)                  # the check and anything it started
         parent.close()
     if result is not None and result.ok and result.got.startswith(NOT_JUDGED) \
             and stops.seen:
