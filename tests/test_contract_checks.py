@@ -160,6 +160,14 @@ def test_a_claimer_that_never_gets_going_fails_the_kill_check(tmp_path, redis_ur
     """Each process's first claim waits longer than the check waits for a
     claimer: no kill lands, and the check says so instead of passing with
     "no job lost to kills" on none."""
+    path = _slow_start(tmp_path, checks.STILL_S + 1)
+    [res] = run_checks(str(path), redis_url, ["claim_atomic_concurrent"])
+    assert not res.ok and "0 of 24 SIGKILLs landed" in res.got, res.got
+
+
+def _slow_start(tmp_path, seconds: float) -> Path:
+    """The reference queue whose first claim in each process sleeps `seconds`,
+    and leaves a file claimer-PID in tmp_path."""
     path = tmp_path / "slow_start.py"
     path.write_text(SOURCE + f'''
 
@@ -172,11 +180,11 @@ def claim(r, lease_s, **kw):
     import time
     if _started[0] != os.getpid():
         _started[0] = os.getpid()
-        time.sleep({checks.STILL_S + 1})
+        open(os.path.join({str(tmp_path)!r}, f"claimer-{{os.getpid()}}"), "w").close()
+        time.sleep({seconds})
     return _reference_claim(r, lease_s, **kw)
 ''')
-    [res] = run_checks(str(path), redis_url, ["claim_atomic_concurrent"])
-    assert not res.ok and "0 of 24 SIGKILLs landed" in res.got, res.got
+    return path
 
 
 def test_another_key_layout_passes_every_check(tmp_path, redis_url):
@@ -501,22 +509,7 @@ def test_a_check_stopped_at_its_limit_leaves_no_claimer_behind(tmp_path, redis_u
 
     import psutil
 
-    path = tmp_path / "slow_start.py"
-    path.write_text(SOURCE + f'''
-
-_started = [None]
-_reference_claim = claim
-
-
-def claim(r, lease_s, **kw):
-    import os
-    import time
-    if _started[0] != os.getpid():
-        _started[0] = os.getpid()
-        open(os.path.join({str(tmp_path)!r}, f"claimer-{{os.getpid()}}"), "w").close()
-        time.sleep(3)
-    return _reference_claim(r, lease_s, **kw)
-''')
+    path = _slow_start(tmp_path, 3)
     [res] = run_checks(str(path), redis_url, ["claim_atomic_concurrent"], timeout=6)
     assert "no answer after 6 s" in res.got, res.got
     time.sleep(0.5)
