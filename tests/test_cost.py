@@ -65,6 +65,31 @@ def test_connections_coming_and_going_meanwhile_do_not_count(redis_url):
     assert measured["per_job"]["round_trips"] == len(cost.PER_JOB)
 
 
+def test_a_command_from_a_connection_that_stays_open_does_not_count(
+        redis_url, monkeypatch):
+    """Another client, connected before and after, sends one command just as
+    the cost of asking is measured: neither an open nor a close shows it, and
+    taken off every phase it made the per-job count 2.85 (a CI run did)."""
+    from handson.queues.contract import load_queue
+
+    other = redis.Redis.from_url(redis_url)
+    other.ping()
+    read, calls = cost._counters, []
+
+    def counters_then_other(judge):
+        out = read(judge)
+        calls.append(1)
+        if len(calls) == 1:       # the first read of what asking costs
+            other.ping()
+        return out
+
+    monkeypatch.setattr(cost, "_counters", counters_then_other)
+    q, r = load_queue(cost.REFERENCE), redis.Redis.from_url(redis_url)
+    measured = cost.measure(q, r, redis.Redis.from_url(redis_url), jobs=20, tries=1)
+    assert len(calls) > 1
+    assert measured["per_job"]["round_trips"] == len(cost.PER_JOB)
+
+
 def test_the_panel_draws_the_counts_it_was_given(redis_url):
     """A WATCH/MULTI queue (several round trips per call, each call still one
     step): its bars carry the measured numbers, beside the reference's."""

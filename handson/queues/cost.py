@@ -49,6 +49,18 @@ def _clients(judge) -> tuple:
     return ids, judge.info("stats")["total_connections_received"]
 
 
+def _overhead(judge, samples: int = 5) -> list:
+    """What asking costs. Another client's command, even on a connection
+    that neither opens nor closes meanwhile, can only add to a sample, and
+    it would be taken off every phase's count: the least sample is the cost."""
+    deltas = []
+    for _ in range(samples):
+        a = _counters(judge)
+        deltas.append([b - x for x, b in zip(a, _counters(judge), strict=True)])
+    least = [min(d[i] for d in deltas) for i in range(2)]
+    return [*least, 0.0]              # CPU: too small to tell from the noise
+
+
 def _phase(judge, calls, overhead, alone: list[bool]) -> dict:
     """Counter deltas over `calls()`, less what asking costs (`overhead`);
     `alone` becomes [False] if a connection opened or closed meanwhile."""
@@ -83,12 +95,8 @@ def _measure(q, r, judge, jobs: int) -> tuple[dict, bool]:
         if job is not None:
             q.ack(r, job[0], job[2])
     q.reap(r, 3)
-    # What asking costs, measured alone too: a connection that came or went
-    # here would be taken off every phase's count.
     clients = _clients(judge)
-    a = _counters(judge)
-    overhead = [b - x for x, b in zip(a, _counters(judge), strict=True)]
-    overhead[2] = 0.0                 # CPU: too small to tell from the noise
+    overhead = _overhead(judge)
     alone = [_clients(judge) == clients]
     ids = [f"cost-{i}" for i in range(jobs)]
     claimed: list = []
