@@ -115,6 +115,10 @@ def _execution_problems(summary: dict, finished: sandbox.Finished,
         problems.append(f"{cell} ran past its time limit ({notebook.CELL_TIMEOUT_S}"
                         " s unless the cell sets its own) and was interrupted (an "
                         "endless loop?); the cells after it still ran")
+    for cell in summary.get("cpu_limited", []):
+        problems.append(f"{cell} used {notebook.CELL_CPU_S} s of CPU and was "
+                        "interrupted (a loop that spins?); the cells after it "
+                        "still ran")
     if summary.get("kernel_died"):
         problems.append(f"the kernel died in {summary['kernel_died']} (os._exit, a "
                         "crash, or the memory limit); the cells after it did not run")
@@ -163,7 +167,7 @@ def run_learner_cells(nb, module, workdir: Path, quick: bool,
     finished = sandbox.run(
         [sys.executable, "-m", "autograder.notebooks.run_notebook", str(src),
          str(workdir / "executed.ipynb"), str(summary_path), "--cell-timeout",
-         str(notebook.CELL_TIMEOUT_S)],
+         str(notebook.CELL_TIMEOUT_S), "--cell-cpu", str(notebook.CELL_CPU_S)],
         timeout=timeout, cwd=workdir, confined=True,
         read_paths=sandbox.kernel_read_paths(module.__name__ if make_cell else None))
     try:

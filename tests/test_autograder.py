@@ -376,6 +376,41 @@ def test_a_looping_cell_is_interrupted_at_the_grader_s_cell_limit(tmp_path,
     assert (tmp_path / "after.txt").read_text() == "ran"
 
 
+def test_a_spinning_cell_is_stopped_at_its_cpu_limit_and_a_sleeping_one_is_not(
+        tmp_path, monkeypatch):
+    """A loop that spins uses a core for all of its time limit (30 s of CPU a
+    notebook in a class); it is interrupted once it has used the grader's CPU
+    limit (1 s here), well before the time limit (20 s), in a thread of the
+    kernel's or a child process of it. A cell that sleeps as long uses no CPU
+    and is not stopped for it; the cells after each still run."""
+    import types
+
+    import nbformat
+
+    from autograder import grade
+    from autograder.notebooks import notebook
+
+    monkeypatch.setattr(notebook, "CELL_TIMEOUT_S", 20)
+    monkeypatch.setattr(notebook, "CELL_CPU_S", 1)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("while True:\n    pass"),
+        nbformat.v4.new_code_cell(
+            "import subprocess, sys\n"
+            "subprocess.run([sys.executable, '-c', 'while True: pass'])"),
+        nbformat.v4.new_code_cell("import time\ntime.sleep(3)"),
+        nbformat.v4.new_code_cell("open('after.txt', 'w').write('ran')")]
+    module = types.SimpleNamespace(__name__="none", NOTEBOOK_TIMEOUT_S=120)
+    start = time.monotonic()
+    problems, _ = grade.run_learner_cells(nb, module, tmp_path, quick=True)
+    assert time.monotonic() - start < 20, problems
+    for cell in ("cell 1", "cell 2"):
+        assert any(f"{cell} used 1 s of CPU and was interrupted" in p
+                   for p in problems), problems
+    assert not any("cell 3" in p for p in problems), problems
+    assert (tmp_path / "after.txt").read_text() == "ran"
+
+
 def test_verdicts_said_at_once_are_heard_one_at_a_time():
     """Lanes and the chaos run say verdicts from threads of their own; a
     listener that prints must not get two at once (two prints shared a line)."""

@@ -590,6 +590,68 @@ def test_graded_run_keeps_correct_queues_valid_with_its_quota(name, redis_url):
     assert "at on-poison" in text and "zombies" in text
 
 
+LOOPS_AND_LOSES = '''
+import sys
+sys.path.insert(0, CORPUS)
+import mini_correct
+from mini_correct import *
+
+
+def enqueue(r, payload, job_id=None):
+    """Every job whose id ends in 3 is dropped: never stored."""
+    if job_id is not None and str(job_id).endswith("3"):
+        return job_id
+    return mini_correct.enqueue(r, payload, job_id)
+
+
+def reap(r, max_attempts=3):
+    """Expired leases back to pending, however many attempts they had."""
+    return mini_correct.reap(r, max_attempts=10**6)
+
+
+def fail(r, job_id, attempt, error):
+    """Back to the head of the queue at once, however many attempts it had."""
+    return bool(lua(r, HELD + """
+    redis.call('HSET', jk, 'last_error', ARGV[3])
+    redis.call('ZREM', KEYS[1], ARGV[1])
+    redis.call('RPUSH', KEYS[3], ARGV[1])
+    return 1""", (INFLIGHT, JOB, PENDING), (job_id, attempt, error)))
+'''
+
+
+def test_a_drain_with_a_looping_job_and_lost_ones_ends_at_once(tmp_path, redis_url):
+    """A poison job that fails back into the queue forever (no crash point
+    kills its workers), beside jobs the queue lost: the drain ends once the one
+    has looped and the others have not been claimed for a while, not at its
+    time limit (until then its workers spin), and says why."""
+    from autograder.judges.claim_ack_reap import chaos_args
+
+    queue = tmp_path / "loops_and_loses.py"
+    queue.write_text(LOOPS_AND_LOSES.replace("CORPUS", repr(str(CORPUS))))
+    args = chaos_args(1, quick=False)
+    at = args.index("on-poison:1")
+    cfg, _ = chaos.parse(args[:at - 1] + args[at + 1:] + [
+        "--queue", str(queue), "--drain-timeout-s", "90"])
+    report = _run(cfg, redis_url)
+    assert report.verdict == "invalid", report.text()
+    assert report.invariants["over_delivered"].ok is False, report.text()
+    assert "since a job last ended, and never ended" in report.reason, report.reason
+    assert "more not claimed again" in report.reason, report.reason
+    assert report.stats["elapsed_s"] < 60, report.stats["elapsed_s"]
+
+
+def test_a_quota_no_reap_can_meet_ends_the_chaos_early(redis_url):
+    """A queue that acks in claim has no lease for a reaper to take back, so
+    the reaper pause of the quota never comes: the chaos stops once the kills
+    are in and no reap has taken a lease back for a while, not at its 120 s
+    cap, and says why; the jobs it lost are still shown."""
+    report = _graded("ack_in_claim", 7, redis_url)
+    assert report.verdict == "invalid", report.text()
+    assert report.invariants["lost"].ok is False
+    assert "no reap took a lease back" in report.reason, report.reason
+    assert report.stats["elapsed_s"] < 60, report.stats["elapsed_s"]
+
+
 def test_a_reaped_worker_s_pid_given_to_a_new_one_is_read_again(tmp_path):
     """The supervisor skips the logs of reaped workers; pids wrap around, and a
     new worker with an old one's pid writes on in its file."""

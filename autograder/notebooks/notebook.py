@@ -30,6 +30,11 @@ RELEASE_DIR = REPO / "exercises"
 # executing a cell (its Execute preprocessor): a scratch loop left in a notebook
 # costs a class that long per submission, and a spinning one that much CPU.
 CELL_TIMEOUT_S = 30
+# How much CPU one of the learner's cells may use before it is interrupted. A
+# loop that spins uses a core for as long as it runs, so without this it costs
+# CELL_TIMEOUT_S of CPU; the heaviest cell of a reference notebook uses less
+# than a second.
+CELL_CPU_S = 10
 
 
 # nbgrader's cell tests and checksum (`nbgrader.utils`), as nbgrader writes

@@ -3,13 +3,17 @@
 Runs INSIDE the sandbox (`autograder.isolation.sandbox`), never in the grader's process:
 
     python -m autograder.notebooks.run_notebook IN.ipynb OUT.ipynb SUMMARY.json \\
-        --cell-timeout SECONDS
+        --cell-timeout SECONDS [--cell-cpu SECONDS]
 
 Errors do not stop the run (a learner's broken cell must not hide the cells
 after it). A cell that runs past its limit (`metadata.autograder.timeout`, else
 --cell-timeout: the grader gives notebook.CELL_TIMEOUT_S) is interrupted and
 recorded as a `CellTimeout` error, and the run goes on; a kernel that dies ends the run.
-The summary names the cells.
+A cell whose kernel (and what it started) has run --cell-cpu CPU-seconds is
+interrupted as well: a loop that spins would otherwise take a core for the
+whole of its time limit, and a class pays that once per such notebook. A cell
+that waits (a sleep, a blocking read) uses no CPU and meets only its time limit.
+The summary names the cells, and says what CPU each used.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
 
 import nbformat
@@ -25,13 +31,60 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from traitlets.config import Config
 
+from handson.infra import schedstat
+
+TICK_S = 0.2        # how often a cell's CPU is read
+
+
+class _CpuLimit:
+    """Interrupts the cell under way once the kernel's process tree has run
+    `limit` CPU-seconds since it began (SIGINT to the kernel's group, as the
+    time limit's interrupt; again each tick while the cell goes on)."""
+
+    def __init__(self, pid: int, pgid: int | None, limit: float | None):
+        self.pid, self.pgid, self.limit = pid, pgid, limit
+        self.lock = threading.Lock()
+        self.base: float | None = None      # the tree's CPU when the cell began
+        self.hit = False
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _cpu(self) -> float:
+        return schedstat.run_time_s([self.pid, *schedstat.descendants(self.pid)])
+
+    def begin(self) -> None:
+        with self.lock:
+            self.base, self.hit = self._cpu(), False
+
+    def end(self) -> tuple[float, bool]:
+        """The CPU the cell used, and whether it was interrupted for it."""
+        with self.lock:
+            used = max(0.0, self._cpu() - (self.base or 0.0))
+            self.base = None
+            return used, self.hit
+
+    def _watch(self) -> None:
+        while not self.done.wait(TICK_S):
+            with self.lock:
+                if (self.limit and self.base is not None
+                        and self._cpu() - self.base >= self.limit):
+                    self.hit = True
+                    try:
+                        if self.pgid:
+                            os.killpg(self.pgid, signal.SIGINT)
+                        else:
+                            os.kill(self.pid, signal.SIGINT)
+                    except OSError:
+                        pass
+
 
 def _cell_id(cell, index: int) -> str:
     nbg = cell.get("metadata", {}).get("nbgrader", {})
     return nbg.get("grade_id") or f"cell {index + 1}"
 
 
-def execute(src: str, dst: str, summary_path: str, cell_timeout: float) -> dict:
+def execute(src: str, dst: str, summary_path: str, cell_timeout: float,
+            cell_cpu: float | None = None) -> dict:
     nb = nbformat.read(src, as_version=4)
     cwd = os.path.dirname(os.path.abspath(src))
     def timeout_of(cell) -> float:
@@ -54,14 +107,23 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float) -> dict:
         # no arguments of ours: the kernel's command line is a learner's own
         # (the grade leaves its log lines out of what it shows, `grade._NOISE`)
         shutdown_kernel="immediate")
-    summary: dict = {"errors": [], "timed_out": [], "kernel_died": None,
-                     "executed": 0}
+    summary: dict = {"errors": [], "timed_out": [], "cpu_limited": [],
+                     "cpu_s": {}, "kernel_died": None, "executed": 0,
+                     "cell_cpu_s": cell_cpu}
+    watch = None
     try:
         with client.setup_kernel():
+            provisioner = client.km.provisioner
+            if schedstat.thread_ns(provisioner.pid) is None:
+                summary["cell_cpu_s"] = None        # this kernel keeps no count
+            watch = _CpuLimit(provisioner.pid, getattr(provisioner, "pgid", None),
+                              summary["cell_cpu_s"])
+            watch.thread.start()
             for index, cell in enumerate(nb.cells):
                 if cell.cell_type != "code":
                     continue
                 started = time.monotonic()
+                watch.begin()
                 try:
                     client.execute_cell(cell, index)
                 except CellTimeoutError:
@@ -70,7 +132,13 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float) -> dict:
                 except DeadKernelError:
                     summary["kernel_died"] = _cell_id(cell, index)
                     break
+                finally:
+                    used, hit = watch.end()
+                    summary["cpu_s"][_cell_id(cell, index)] = round(used, 2)
                 summary["executed"] += 1
+                if hit:
+                    summary["cpu_limited"].append(_cell_id(cell, index))
+                    continue
                 # The interrupt at the limit can reach the kernel before
                 # nbclient records its own error: the cell then raised
                 # KeyboardInterrupt, which the learner did not press.
@@ -88,6 +156,9 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float) -> dict:
         summary["kernel_died"] = summary["kernel_died"] or f"kernel: {err}"
     except RuntimeError as err:           # kernel failed to start
         summary["kernel_died"] = summary["kernel_died"] or f"kernel: {err}"
+    finally:
+        if watch is not None:
+            watch.done.set()
     nbformat.write(nb, dst)
     with open(summary_path, "w") as fh:
         json.dump(summary, fh)
@@ -100,8 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dst")
     p.add_argument("summary")
     p.add_argument("--cell-timeout", type=float, required=True)
+    p.add_argument("--cell-cpu", type=float, default=None,
+                   help="CPU-seconds a cell may use (default: no such limit)")
     args = p.parse_args(argv)
-    execute(args.src, args.dst, args.summary, args.cell_timeout)
+    execute(args.src, args.dst, args.summary, args.cell_timeout, args.cell_cpu)
     return 0
 
 

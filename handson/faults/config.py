@@ -31,9 +31,11 @@ class ChaosConfig:
     ack_before_work: bool = False
     fused: bool = False              # workers ack and claim the next in one call
     drain_timeout_s: float = 120.0   # the whole run's budget; past it: unknown
-    # A run that cannot drain (poison and no attempt limit) ends, as unknown,
-    # once every job left undone has been claimed this often: keyed to claims,
-    # so a loaded machine shows the same loop, only later. 0: off.
+    # A drain that cannot end (poison and no attempt limit) ends once no job
+    # has ended while each one left has been claimed this often since, or not
+    # at all for quiet_s (lost): keyed to claims, so a loaded machine shows the
+    # same loop, only later. 0: twice max_attempts, more claims than a job of
+    # a correct queue ever gets.
     loop_claims: int = 0
     pause_every: float = 0.0         # mean seconds between SIGSTOPs; 0 = none
     pause_s: float = 0.0             # how long a pause lasts; 0 = 1.5 leases

@@ -47,6 +47,7 @@ __all__ = ["CHECK_S", "INVARIANTS", "ChaosConfig", "Report", "replay_command", "
 FAST_TICK_S = 0.003    # ... while a constructed fault waits for a claim
 CHECK_S = 0.25         # how often the done count is read
 QUIET_HELD = 10        # silence (in quiet_s) that ends a drain with jobs held
+REAPLESS_LEASES = 8    # leases after the kills with no reap: none will come
 
 
 class _Aborted(Exception):
@@ -63,6 +64,8 @@ class _Run(Faults):
         self.chaos_s = 0.0              # how long the chaos phase lasted
         self.batch = None               # (thread, ids, errors) of more documents
         self.loop_from: dict[str, int] = {}     # undone job -> its claims then
+        self.loop_t = 0.0                        # ... and when that was
+        self.unreachable = ""           # why the quota could not be met, if known
 
     # ---- progress --------------------------------------------------------
     def effects(self, queue, r) -> tuple[list[tuple], dict]:
@@ -100,18 +103,26 @@ class _Run(Faults):
         dead = {d[0] for d in self.dead_letters(queue, r)}
         return ids - applied - dead
 
-    def _looping(self, undone: set[str]) -> bool:
-        """Every job left has been claimed loop_claims times since the last job
-        ended: counted from then, a loaded machine's long good phase, in which
-        a poison job loops already, does not end the run as the work runs out."""
-        n = self.cfg.loop_claims
-        if not (n and undone):
-            return False
+    def _looping(self, undone: set[str], now: float) -> tuple[int, int]:
+        """(looping, silent): since the last job ended, no job has, and of the
+        jobs left, `looping` were claimed loop_claims times each and `silent`
+        (the rest) not once in quiet_s; (0, 0) while that is not so. Counted
+        from the last end, a loaded machine's long good phase, in which a
+        poison job loops already, does not end the run as the work runs out;
+        and a job lost meanwhile (never claimed again) does not keep a loop
+        going until the drain's time is up."""
+        n = self.cfg.loop_claims or 2 * self.cfg.max_attempts
         claims = {j: len(self.tally.claims_of.get(j, ())) for j in undone}
         if undone != self.loop_from.keys():         # a job ended: count anew
-            self.loop_from = claims
-            return False
-        return all(claims[j] - self.loop_from[j] >= n for j in undone)
+            self.loop_from, self.loop_t = claims, now
+            return 0, 0
+        grown = [claims[j] - self.loop_from[j] for j in undone]
+        looping = sum(1 for g in grown if g >= n)
+        silent = sum(1 for g in grown if g == 0)
+        if looping and looping + silent == len(grown) and (
+                not silent or now - self.loop_t > self.cfg.quiet_s):
+            return looping, silent
+        return 0, 0
 
     def _quiet(self, silent_s: float) -> bool:
         """The queue has nothing left to give: silence, and no job in hand.
@@ -126,6 +137,24 @@ class _Run(Faults):
             self.tally.job_of(p.pid) is not None
             for p in self.procs if p is not None and p.poll() is None)
         return not held or silent_s > QUIET_HELD * self.cfg.quiet_s
+
+    def _unreachable(self, now: float, kills_met_at: float) -> bool:
+        """The quota waits only for what needs a lease taken back (a reaper
+        pause; zombies and reaps beside it), and none was ever taken back
+        although the kills' quota was met REAPLESS_LEASES leases ago: jobs of
+        killed workers never expire (acked as they were claimed, or lost).
+        Waiting on to the cap changes nothing."""
+        short = self.short_of_quota()
+        if ("reaper_pauses" not in short
+                or short.keys() - {"reaper_pauses", "reaps", "zombies"}
+                or self.tally.reaped or not kills_met_at
+                or now - kills_met_at < REAPLESS_LEASES * self.cfg.lease_s):
+            return False
+        self.unreachable = (f"no reap took a lease back in {now - kills_met_at:.0f} s "
+                            f"after {len(self.kills)} kills of workers, so no "
+                            "reaper could be paused mid-reap: were the killed "
+                            "workers' jobs ever in flight?")
+        return True
 
     def _more(self, start: int, queue) -> None:
         """Another batch of documents, in a thread so the faults keep coming."""
@@ -192,8 +221,9 @@ class _Run(Faults):
                for k in mean}
         pause_s = cfg.pause_s or 1.5 * cfg.lease_s
         if cfg.zombie_pauses:          # at most: the wait for the job's next claim
-            pause_s = max(pause_s, 6 * cfg.lease_s)
+            pause_s = max(pause_s, 3 * cfg.lease_s)
         next_check = next_report = t0
+        seen_claims, claimed_at, kills_met_at = -1, t0, 0.0
         done, last_done, last_size, last_activity = 0, -1, -1, t0
         total = len(ids)
         while True:
@@ -255,12 +285,21 @@ class _Run(Faults):
                                or now - last_activity > cfg.quiet_s)
                 stop_chaos = running_low or (cfg.kill_phase_s and
                                              now - t_chaos >= cfg.kill_phase_s)
+                if not kills_met_at and "kills" not in self.short_of_quota():
+                    kills_met_at = now
                 if self.phase == "chaos" and cfg.quota and not self.short_of_quota():
                     stop_chaos = True           # quota in: the faults set the length
                 elif self.phase == "chaos" and self.short_of_quota():
-                    if now - t_chaos < cfg.quota_cap_s:
+                    if self.tally.claims != seen_claims:
+                        seen_claims, claimed_at = self.tally.claims, now
+                    if self._unreachable(now, kills_met_at):
+                        stop_chaos = True       # judged "unknown", and says why
+                    elif now - t_chaos < cfg.quota_cap_s:
                         stop_chaos = False
-                        low = total - done < max(cfg.workers, cfg.docs // 2)
+                        # few jobs left, or none handed out for a lease (the
+                        # rest lost: a queue that loses jobs still gets faults)
+                        low = (total - done < max(cfg.workers, cfg.docs // 2)
+                               or now - claimed_at > cfg.lease_s)
                         if (low or running_low) and self.batch is None:
                             self._more(len(ids), queue)
                             last_activity = now
@@ -275,10 +314,14 @@ class _Run(Faults):
                     total = len(ids)
                 elif self.phase == "drain" and self._quiet(now - last_activity):
                     return "quiet", "", now - t0
-                if self.phase == "drain" and self._looping(undone):
-                    return ("timeout", f"{len(undone)} job(s) claimed at least "
-                            f"{cfg.loop_claims} times each and never ended",
-                            now - t0)
+                looping, silent = (self._looping(undone, now)
+                                   if self.phase == "drain" else (0, 0))
+                if looping:
+                    n = cfg.loop_claims or 2 * cfg.max_attempts
+                    return ("timeout", f"{looping} job(s) claimed {n} times each "
+                            "since a job last ended, and never ended" + (
+                                f"; {silent} more not claimed again in "
+                                f"{cfg.quiet_s:g} s" if silent else ""), now - t0)
                 if now - t0 > cfg.drain_timeout_s:
                     return ("timeout", f"not drained after {cfg.drain_timeout_s:g} s "
                             f"({done}/{total} done)", now - t0)
@@ -352,6 +395,8 @@ def run(cfg: ChaosConfig, redis_url: str | None = None, workdir: str | None = No
         short = run_.short_of_quota()
         if short:              # said even beside a broken invariant: no pass here
             reason = _short_reason(short, run_.chaos_s or elapsed)
+            if run_.unreachable:
+                reason += "; " + run_.unreachable
         if any(inv.ok is False for inv in invariants.values()):
             verdict = "invalid"
         elif short:

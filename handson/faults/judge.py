@@ -24,6 +24,7 @@ comes with witnesses: a job's history as text, and as a timeline to draw.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -145,13 +146,17 @@ class _Judge:
         """Jobs where an accepted call of `kinds` came after a newer claim."""
         out = []
         for job, evs in self.by_job.items():
-            claimed = []   # (t, attempt) of claims that had returned
+            # claims that had returned, by time, and the highest attempt so far
+            # (a job claimed thousands of times must not cost their square)
+            times: list[int] = []
+            highest: list[int] = []
             for e in evs:
                 if e["ev"] == "claim":
-                    claimed.append((e["t"], e["attempt"]))
+                    times.append(e["t"])
+                    highest.append(max(e["attempt"], highest[-1] if highest else 0))
                 elif e["ev"] in kinds and e.get("ok", True):
-                    t_sent = e.get("t0", e["t"])
-                    if any(t < t_sent and a > e["attempt"] for t, a in claimed):
+                    n = bisect.bisect_left(times, e.get("t0", e["t"]))
+                    if n and highest[n - 1] > e["attempt"]:
                         e["stale"] = True
                         if job not in out:
                             out.append(job)
@@ -167,6 +172,11 @@ class _Judge:
         someone else held, unless
         a had given it back with fail(), or died in a job that calls fail(). A
         claim after an accepted ack is a finished job handed out again.
+
+        Claims are taken in time order, each against the earlier attempts still
+        open then (not given back, lease not surely over): a job claimed
+        thousands of times (a poison job that loops) costs their number, not
+        its square.
         """
         lease_ns, margin = self.cfg.lease_s * 1e9, 0.02e9
         died = defaultdict(list)
@@ -175,37 +185,53 @@ class _Judge:
         for e in self.events:
             if e["ev"] == "crash_point":
                 died[e["pid"]].append(e["t"])
+        for times in died.values():
+            times.sort()
+        never = float("inf")
         out = []
         for job, evs in self.by_job.items():
             claims = [e for e in evs if e["ev"] == "claim"]
+            if len(claims) < 2:
+                continue
             fails = (any(e["ev"] == "fail" for e in evs)
                      or _poison(job, self.cfg.poison_every))
-            for i, b in enumerate(claims):
-                for a in claims[:i]:
-                    if a["attempt"] >= b["attempt"] or a["pid"] == b["pid"]:
-                        continue
-                    mine = [e for e in evs if e["pid"] == a["pid"]
-                            and e.get("attempt") == a["attempt"]]
-                    if any(e["ev"] == "ack" and e["t"] < b.get("t0", b["t"])
-                           for e in mine):
-                        out.append(job)
-                        break
-                    start = a.get("t0", a["t"])
-                    gained = self.run.server_clock.gained_ns(start, b["t"])
-                    if b["t"] + gained >= start + lease_ns - margin:
-                        continue
-                    if any(e["ev"] == "fail" and e.get("t0", e["t"]) < b["t"]
-                           for e in mine):
-                        continue
-                    if fails and any(a["t"] <= t <= b["t"]
-                                     for t in died[a["pid"]]):
-                        continue
+            acks, failed = defaultdict(list), defaultdict(lambda: never)
+            for e in evs:
+                key = (e["pid"], e.get("attempt"))
+                if e["ev"] == "ack":
+                    acks[key].append(e["t"])
+                elif e["ev"] == "fail":
+                    failed[key] = min(failed[key], e.get("t0", e["t"]))
+            acked: list[tuple[int, int, int]] = []   # (t, attempt, pid), earlier
+            open_: list[tuple[dict, float]] = []     # (claim, its worker's death)
+            for b in claims:
+                t_b = b.get("t0", b["t"])
+                if any(t < t_b and att < b["attempt"] and pid != b["pid"]
+                       for t, att, pid in acked):
                     out.append(job)
                     break
-                if job in out:
+                open_ = [(a, dies) for a, dies in open_
+                         if a["t"] >= b["t"] - lease_ns + margin
+                         and failed[(a["pid"], a["attempt"])] >= b["t"]
+                         and dies > b["t"]]
+                if any(self._held(a, b, lease_ns, margin) for a, _ in open_):
+                    out.append(job)
                     break
+                key = (b["pid"], b["attempt"])
+                acked += [(t, b["attempt"], b["pid"]) for t in acks.get(key, ())]
+                deaths = died.get(b["pid"], [])
+                k = bisect.bisect_left(deaths, b["t"])
+                open_.append((b, deaths[k] if fails and k < len(deaths) else never))
         return out
 
+    def _held(self, a: dict, b: dict, lease_ns: float, margin: float) -> bool:
+        """Claim b came while a's lease surely still ran (a: an earlier attempt
+        of another worker, neither given back nor ended by its worker's death)."""
+        if a["attempt"] >= b["attempt"] or a["pid"] == b["pid"]:
+            return False
+        start = a.get("t0", a["t"])
+        gained = self.run.server_clock.gained_ns(start, b["t"])
+        return b["t"] + gained < start + lease_ns - margin
     def invariants(self, ending: str) -> dict[str, Invariant]:
         times = Counter(job for job, *_ in self.applied)
         deliveries = Counter(e["job"] for e in self.events if e["ev"] == "claim")
