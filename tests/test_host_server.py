@@ -29,10 +29,12 @@ pytestmark = pytest.mark.skipif(
 SPY = textwrap.dedent('''
     import os
 
-    def scan(*needles):
-        """How often each needle is in this process's readable memory."""
-        found = [0] * len(needles)
-        encoded = [needle.encode() for needle in needles]
+    def scan(*halves):
+        """How often each needle is in this process's readable memory. Each
+        comes in two halves, joined here: whole, it is only where this made it
+        (or where it was before the call), never in the call's own buffers."""
+        encoded = [(a + b).encode() for a, b in halves]
+        found = [0] * len(encoded)
         with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb") as mem:
             for line in maps:
                 span, perms = line.split()[:2]
@@ -68,6 +70,17 @@ SPY = textwrap.dedent('''
     def hang():
         import time
         time.sleep(60)
+
+    def sizes(*paths):
+        """What this process can read of each path: its size, or the error."""
+        out = []
+        for path in paths:
+            try:
+                with open(path, "rb") as fh:
+                    out.append(len(fh.read()))
+            except OSError as err:
+                out.append(type(err).__name__)
+        return out
 ''')
 
 
@@ -96,12 +109,16 @@ def test_a_forked_host_holds_no_secret_of_the_judge(run, tmp_path, monkeypatch):
     try:
         assert isinstance(m._host.proc, warm_start.WarmProcess)
         assert isinstance(other._host.proc, warm_start.WarmProcess)
-        # Each needle is in memory as the call's argument: a random one of the
-        # same length, passed alike, is found as often as the judge's password,
-        # and the learner's (its REDIS_URL) more often: the scan sees memory.
+        # Each needle is whole in memory where the scan joined it: a random one
+        # of the same length, passed alike, is found as often as the judge's
+        # password, and the learner's (its REDIS_URL) more often: the scan sees
+        # memory. (Passed whole, each was also in as many of the call's buffers
+        # as the allocator happened to leave, and a preloaded module more in the
+        # server moved them.)
         control = secrets.token_hex(len(judge) // 2)
         for host in (m, other):
-            judged, controlled, learned = host.scan(judge, control, learner)
+            judged, controlled, learned = host.scan(
+                *((x[:8], x[8:]) for x in (judge, control, learner)))
             assert judged == controlled >= 1 and learned > controlled
         caps = m.status()
         assert caps["CapEff"] == caps["CapPrm"] == caps["CapInh"] == 0, caps
@@ -115,6 +132,32 @@ def test_a_forked_host_holds_no_secret_of_the_judge(run, tmp_path, monkeypatch):
     finally:
         m.close()
         other.close()
+
+
+def test_a_forked_host_reads_no_file_only_its_owner_may(run):
+    """The server of hosts finds what its hosts' views must cover once, before
+    its first fork (`private_files.prefork`); each host, the first and the
+    later ones, sees those files empty (or not at all) all the same."""
+    from pathlib import Path
+
+    from autograder.isolation import private_files
+
+    private = [str(p) for p in Path("/etc").iterdir()
+               if p.is_file() and not p.is_symlink()
+               and not p.stat().st_mode & 0o004 and p.stat().st_size]
+    if not private:
+        pytest.skip("needs a non-empty file in /etc that others may not read")
+    assert set(private) <= {p for p, _ in private_files.private("/etc")}
+    _, spy, prefix = run
+    hosts = [remote_module.load(str(spy), prefix) for _ in range(3)]
+    try:
+        for host in hosts:
+            assert isinstance(host._host.proc, warm_start.WarmProcess)
+            assert all(size in (0, "PermissionError", "FileNotFoundError")
+                       for size in host.sizes(*private)), host.sizes(*private)
+    finally:
+        for host in hosts:
+            host.close()
 
 
 def test_a_killed_group_takes_its_forked_host(run):
