@@ -471,7 +471,10 @@ def _main(argv: list[str]) -> int:
     preload: tuple[str, ...] = ()
     if argv[:1] == ["--preload"]:
         preload, argv = tuple(filter(None, argv[1].split(","))), argv[2:]
-    return serve(preload)
+    try:
+        return serve(preload)
+    except KeyboardInterrupt:       # its caller's group was interrupted: it ends
+        return 130                  # as `python` would, without a traceback
 
 
 if __name__ == "__main__":
