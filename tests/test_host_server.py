@@ -134,30 +134,32 @@ def test_a_forked_host_holds_no_secret_of_the_judge(run, tmp_path, monkeypatch):
         other.close()
 
 
-def test_a_forked_host_reads_no_file_only_its_owner_may(run):
-    """The server of hosts finds what its hosts' views must cover once, before
-    its first fork (`private_files.prefork`); each host, the first and the
-    later ones, sees those files empty (or not at all) all the same."""
+def test_a_forked_host_reads_no_file_only_its_owner_may(run, tmp_path):
+    """Each host forked from the run's server covers what only its owner may
+    read, also a file made so after the server started (a review read such a
+    file when the server found them once, before its first fork)."""
     from pathlib import Path
 
-    from autograder.isolation import private_files
-
-    private = [str(p) for p in Path("/etc").iterdir()
-               if p.is_file() and not p.is_symlink()
-               and not p.stat().st_mode & 0o004 and p.stat().st_size]
-    if not private:
-        pytest.skip("needs a non-empty file in /etc that others may not read")
-    assert set(private) <= {p for p, _ in private_files.private("/etc")}
     _, spy, prefix = run
-    hosts = [remote_module.load(str(spy), prefix) for _ in range(3)]
+    first = remote_module.load(str(spy), prefix)        # the server is up
+    late = Path("/etc") / f"eo-test-{secrets.token_hex(4)}"
     try:
+        late.write_text("not for learners\n")
+        late.chmod(0o600)
+        private = [str(p) for p in Path("/etc").iterdir()
+                   if p.is_file() and not p.is_symlink()
+                   and not p.stat().st_mode & 0o004 and p.stat().st_size]
+        hosts = [remote_module.load(str(spy), prefix) for _ in range(2)]
         for host in hosts:
             assert isinstance(host._host.proc, warm_start.WarmProcess)
+            sizes = host.sizes(*private)
             assert all(size in (0, "PermissionError", "FileNotFoundError")
-                       for size in host.sizes(*private)), host.sizes(*private)
-    finally:
+                       for size in sizes), dict(zip(private, sizes, strict=True))
         for host in hosts:
             host.close()
+    finally:
+        late.unlink(missing_ok=True)
+        first.close()
 
 
 def test_a_killed_group_takes_its_forked_host(run):

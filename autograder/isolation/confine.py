@@ -57,7 +57,7 @@ from pathlib import Path
 from stat import S_ISDIR
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from autograder.isolation import landlock, private_files
+from autograder.isolation import landlock
 
 # Every confined process starts a launcher: `hashlib` (OpenSSL), `socket` and
 # `platform` were a third of its imports, for one digest, one ioctl and one name.
@@ -366,18 +366,32 @@ def build_view(root: str, read: list[str], write: list[str],
     _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _mask_private(root: str, top: str) -> None:
+def _mask_private(root: str, top: str, depth: int = 3) -> None:
     """Cover what only its owner may read (/etc/shadow, a private key's folder)
     with something empty: learner code runs as root without capabilities, and
     owner rights would still open a root-owned 0640 file."""
     empty_file, empty_dir = f"{root}/.empty", f"{root}/.empty.d"
-    for path, is_dir in private_files.private(top):
-        source = empty_dir if is_dir else empty_file
-        with contextlib.suppress(OSError):
-            if not os.path.exists(source):
-                os.mkdir(source, 0o555) if is_dir else Path(source).touch()
-            _mount(source, root + path, None, MS_BIND)
-            _mount(None, root + path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+    stack = [(top, 0)]
+    while stack:
+        folder, level = stack.pop()
+        with contextlib.suppress(OSError), os.scandir(folder) as it:
+            for entry in it:
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    if not (is_dir or entry.is_file(follow_symlinks=False)):
+                        continue
+                    private = not st.st_mode & (0o001 if is_dir else 0o004)
+                    if not private:
+                        if is_dir and level + 1 < depth:
+                            stack.append((entry.path, level + 1))
+                        continue
+                    source = empty_dir if is_dir else empty_file
+                    if not os.path.exists(source):
+                        os.mkdir(source, 0o555) if is_dir else Path(source).touch()
+                    _mount(source, root + entry.path, None, MS_BIND)
+                    _mount(None, root + entry.path, None,
+                           MS_BIND | MS_REMOUNT | MS_RDONLY)
 
 
 def _name_identity(root: str, name: str, uid: int) -> None:

@@ -141,8 +141,7 @@ CONFINE = "autograder.isolation.confine"
 # imported once by the run's warm-start server of hosts.
 # (The launcher itself runs as __main__, so its own imports are listed.)
 HOST_PRELOAD = ("autograder.isolation.landlock", "handson.infra.warm_start",
-                "handson.infra.learner_host", "tempfile", "shutil", "urllib.parse",
-                "autograder.isolation.private_files")
+                "handson.infra.learner_host", "tempfile", "shutil", "urllib.parse")
 # A host that may reach PostgreSQL imports its driver: once for the run too
 # (90 ms of CPU a host, and a pg grade starts a few dozen).
 PG_PRELOAD = ("psycopg",)

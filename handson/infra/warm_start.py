@@ -10,8 +10,7 @@ imports it shares with every other worker are already done.
     python -m handson.infra.warm_start [--preload M,...] [LABEL]   # the server
 
 (LABEL, e.g. the run's directory, only shows in `ps` whose server it is;
---preload: more trusted modules to import before the first fork; a `prefork()`
-of one of them runs then, once for all its forks.)
+--preload: more trusted modules to import before the first fork.)
 
 Trusted code only: the server preloads the standard library and redis-py,
 never a learner's module (a worker loads that after the fork, as before, or
@@ -228,8 +227,6 @@ def serve(preload: tuple[str, ...] = ()) -> int:
         with contextlib.suppress(ImportError, OSError, AttributeError, TypeError):
             source = module.__spec__.origin
             _SCRIPTS[os.path.realpath(source)] = module.__loader__.get_code(name)
-        if name in preload and callable(getattr(module, "prefork", None)):
-            module.prefork()        # its work for every fork, done once here
     gc.freeze()         # what is imported by now, no fork need collect again
     wake_r, wake_w = os.pipe()
     for fd in (wake_r, wake_w):
