@@ -119,7 +119,11 @@ def _execution_problems(summary: dict, finished: sandbox.Finished,
         problems.append(f"{cell} used {notebook.CELL_CPU_S} s of CPU and was "
                         "interrupted (a loop that spins?); the cells after it "
                         "still ran")
-    if summary.get("kernel_died"):
+    if summary.get("cpu_killed"):
+        problems.append(f"{summary['cpu_killed']} went on using CPU after it was "
+                        f"interrupted at {notebook.CELL_CPU_S} s of CPU, so its "
+                        "kernel was killed; the cells after it did not run")
+    elif summary.get("kernel_died"):
         problems.append(f"the kernel died in {summary['kernel_died']} (os._exit, a "
                         "crash, or the memory limit); the cells after it did not run")
     problems += finished.problems()

@@ -382,7 +382,10 @@ def test_a_spinning_cell_is_stopped_at_its_cpu_limit_and_a_sleeping_one_is_not(
     notebook in a class); it is interrupted once it has used the grader's CPU
     limit (1 s here), well before the time limit (20 s), in a thread of the
     kernel's or a child process of it. A cell that sleeps as long uses no CPU
-    and is not stopped for it; the cells after each still run."""
+    and is not stopped for it; the cells after each still run. A spinner that
+    ignores the interrupt has its kernel killed (a review's went on for the
+    whole time limit, reported as interrupted): the cells after it do not run,
+    and the grade says so."""
     import types
 
     import nbformat
@@ -399,7 +402,11 @@ def test_a_spinning_cell_is_stopped_at_its_cpu_limit_and_a_sleeping_one_is_not(
             "import subprocess, sys\n"
             "subprocess.run([sys.executable, '-c', 'while True: pass'])"),
         nbformat.v4.new_code_cell("import time\ntime.sleep(3)"),
-        nbformat.v4.new_code_cell("open('after.txt', 'w').write('ran')")]
+        nbformat.v4.new_code_cell("open('after.txt', 'w').write('ran')"),
+        nbformat.v4.new_code_cell(
+            "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "while True:\n    pass"),
+        nbformat.v4.new_code_cell("open('never.txt', 'w').write('ran')")]
     module = types.SimpleNamespace(__name__="none", NOTEBOOK_TIMEOUT_S=120)
     start = time.monotonic()
     problems, _ = grade.run_learner_cells(nb, module, tmp_path, quick=True)
@@ -409,6 +416,10 @@ def test_a_spinning_cell_is_stopped_at_its_cpu_limit_and_a_sleeping_one_is_not(
                    for p in problems), problems
     assert not any("cell 3" in p for p in problems), problems
     assert (tmp_path / "after.txt").read_text() == "ran"
+    assert any("cell 5 went on using CPU after it was interrupted at 1 s of CPU, "
+               "so its kernel was killed" in p for p in problems), problems
+    assert not any("cell 5 used" in p or "kernel died" in p for p in problems)
+    assert not (tmp_path / "never.txt").exists()
 
 
 def test_verdicts_said_at_once_are_heard_one_at_a_time():

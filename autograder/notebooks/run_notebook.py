@@ -11,7 +11,8 @@ after it). A cell that runs past its limit (`metadata.autograder.timeout`, else
 recorded as a `CellTimeout` error, and the run goes on; a kernel that dies ends the run.
 A cell whose kernel (and what it started) has run --cell-cpu CPU-seconds is
 interrupted as well: a loop that spins would otherwise take a core for the
-whole of its time limit, and a class pays that once per such notebook. A cell
+whole of its time limit, and a class pays that once per such notebook; one
+that ignores the interrupt has its kernel killed, which ends the run. A cell
 that waits (a sleep, a blocking read) uses no CPU and meets only its time limit.
 The summary names the cells, and says what CPU each used.
 """
@@ -34,20 +35,34 @@ from traitlets.config import Config
 from handson.infra import schedstat
 
 TICK_S = 0.2        # how often a cell's CPU is read
+GRACE_S = 2.0       # CPU past the limit after which an interrupt is not obeyed
 
 
 class _CpuLimit:
     """Interrupts the cell under way once the kernel's process tree has run
     `limit` CPU-seconds since it began (SIGINT to the kernel's group, as the
-    time limit's interrupt; again each tick while the cell goes on)."""
+    time limit's interrupt; again each tick while the cell goes on); a cell
+    that runs GRACE_S more, ignoring it, has its kernel killed (SIGKILL to the
+    group)."""
 
     def __init__(self, pid: int, pgid: int | None, limit: float | None):
-        self.pid, self.pgid, self.limit = pid, pgid, limit
+        self.pid, self.limit = pid, limit
+        # never our own group: the signal is for the kernel's alone
+        self.pgid = pgid if pgid and pgid != os.getpgrp() else None
         self.lock = threading.Lock()
         self.base: float | None = None      # the tree's CPU when the cell began
-        self.hit = False
+        self.hit = self.killed = False
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _signal(self, sig: int) -> None:
+        try:
+            if self.pgid:
+                os.killpg(self.pgid, sig)
+            else:
+                os.kill(self.pid, sig)
+        except OSError:
+            pass
 
     def _cpu(self) -> float:
         return schedstat.run_time_s([self.pid, *schedstat.descendants(self.pid)])
@@ -66,16 +81,15 @@ class _CpuLimit:
     def _watch(self) -> None:
         while not self.done.wait(TICK_S):
             with self.lock:
-                if (self.limit and self.base is not None
-                        and self._cpu() - self.base >= self.limit):
+                if not self.limit or self.base is None:
+                    continue
+                used = self._cpu() - self.base
+                if used >= self.limit + GRACE_S and not self.killed:
+                    self.killed = True
+                    self._signal(signal.SIGKILL)
+                elif used >= self.limit:
                     self.hit = True
-                    try:
-                        if self.pgid:
-                            os.killpg(self.pgid, signal.SIGINT)
-                        else:
-                            os.kill(self.pid, signal.SIGINT)
-                    except OSError:
-                        pass
+                    self._signal(signal.SIGINT)
 
 
 def _cell_id(cell, index: int) -> str:
@@ -108,7 +122,8 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float,
         # (the grade leaves its log lines out of what it shows, `grade._NOISE`)
         shutdown_kernel="immediate")
     summary: dict = {"errors": [], "timed_out": [], "cpu_limited": [],
-                     "cpu_s": {}, "kernel_died": None, "executed": 0,
+                     "cpu_s": {}, "kernel_died": None, "cpu_killed": None,
+                     "executed": 0,
                      "cell_cpu_s": cell_cpu}
     watch = None
     try:
@@ -131,6 +146,8 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float,
                     break
                 except DeadKernelError:
                     summary["kernel_died"] = _cell_id(cell, index)
+                    if watch.killed:
+                        summary["cpu_killed"] = _cell_id(cell, index)
                     break
                 finally:
                     used, hit = watch.end()
@@ -138,7 +155,6 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float,
                 summary["executed"] += 1
                 if hit:
                     summary["cpu_limited"].append(_cell_id(cell, index))
-                    continue
                 # The interrupt at the limit can reach the kernel before
                 # nbclient records its own error: the cell then raised
                 # KeyboardInterrupt, which the learner did not press.
@@ -147,6 +163,8 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float,
                     if out.get("ename") == "CellTimeout" or (
                             late and out.get("ename") == "KeyboardInterrupt"):
                         summary["timed_out"].append(_cell_id(cell, index))
+                    elif hit and out.get("ename") == "KeyboardInterrupt":
+                        continue            # the CPU limit's interrupt
                     elif out.get("output_type") == "error":
                         summary["errors"].append({
                             "cell": _cell_id(cell, index), "index": index,
