@@ -241,3 +241,21 @@ def test_without_postgresql_every_check_says_why_in_one_line(tmp_path, monkeypat
     assert ev.problems == [ev.outcomes[0].message]
     assert "no PostgreSQL to grade on" in ev.problems[0]
     assert "\n" not in ev.problems[0]
+
+
+@pytest.mark.parametrize("name, says", [
+    ("lease_from_worker_clock", "the reap left j1 in flight"),
+    ("claim_keeps_advisory_lock", "a session advisory lock")])
+def test_a_rival_that_gets_nothing_is_told_whether_the_lease_still_ran(name, says):
+    """After its 0.3 s lease and a reap, j1 is claimed by a rival host: a lease
+    written from the worker's clock (an hour ahead) still runs, and the hint
+    says so; it blamed the connection's session state, as it still does when
+    j1 is pending and only the connection holds it (a review's finding)."""
+    redis = server.start()
+    try:
+        ev = pg_claim_finish.evaluate_file(str(CORPUS_DIR / f"{name}.py"), redis.url,
+                                           chaos=False)
+    finally:
+        redis.stop()
+    refused = next(o for o in ev.outcomes if o.name == "finish_refused_no_effect")
+    assert not refused.ok and says in refused.message, refused.message

@@ -224,8 +224,12 @@ def _zombie(q, judge, rival) -> dict:
     time.sleep(0.6)
     q.reap(None)
     new = rival.claim(None, 30.0)       # another worker: what a process remembers
-    if old and not new:                 # something of the host's connection
-        return {"kept": list(old)}      # still holds the reaped job
+    if old and not new:                 # the lease still runs, or something of
+        try:                            # the host's connection holds the job
+            state = _state(judge, "j1")
+        except Exception:               # noqa: BLE001 - the learner's table
+            state = None
+        return {"kept": list(old), "state": state}
     if not old or not new:              # of its own claims fences nothing
         return {"error": f"claims returned {old!r} then {new!r} for one job"}
     zombie = q.finish(None, "j1", old[2], 1, 0.5)
@@ -508,6 +512,18 @@ def _staged(obs: dict, by: dict) -> list:
 
 def _refused(c, d: dict):
     """finish_refused_no_effect: the first of its schedules that went wrong."""
+    if "kept" in d and d.get("state") == "inflight":
+        return outcome(
+            c, False, "host A's claim of j1 (attempt "
+            f"{d['kept'][2]}) asked for a 0.3 s lease; 0.6 s later the reap "
+            "left j1 in flight, so a rival host's claim got nothing: the lease "
+            "your claim wrote runs past what it was asked for. Write "
+            "lease_until from the database's clock, now() plus the seconds "
+            "asked (make_interval(secs => ...)), never from the worker's clock "
+            "or in another unit",
+            "j1 pending after the reap, and the rival's claim gets it at "
+            "attempt 2", "j1 still in flight after the reap (state = "
+            "'inflight'); the rival host's claim returned None")
     if "kept" in d:
         return outcome(
             c, False, "host A's claim of j1 (attempt "
