@@ -100,26 +100,6 @@ def test_a_killed_server_takes_its_workers_with_it(starter, tmp_path):
     assert p.wait(timeout=30) == -signal.SIGKILL
 
 
-def test_an_interrupted_server_ends_quietly(tmp_path, monkeypatch):
-    """SIGINT to its caller's group (a notebook's kernel interrupted, or shut
-    down, while a chaos run it started is up): the server ends as `python`
-    would, without a traceback in the caller's output."""
-    import functools
-
-    (tmp_path / "eo_probe.py").write_text(SCRIPT)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    s = warm_start.Starter(str(tmp_path), popen=functools.partial(
-        subprocess.Popen, stderr=subprocess.PIPE, text=True))
-    try:
-        assert _start(s, tmp_path, "0").wait(timeout=30) == 0   # in its loop
-        s.proc.send_signal(signal.SIGINT)
-        assert s.proc.wait(timeout=30) == 130
-        assert "Traceback" not in s.proc.stderr.read()
-    finally:
-        s.close()
-
-
 GATED = """import json, sys
 from handson.infra.worker_process import wait_gate
 wait_gate(int(sys.argv[1]), 30)

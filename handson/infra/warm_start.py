@@ -468,10 +468,7 @@ def _main(argv: list[str]) -> int:
     preload: tuple[str, ...] = ()
     if argv[:1] == ["--preload"]:
         preload, argv = tuple(filter(None, argv[1].split(","))), argv[2:]
-    try:
-        return serve(preload)
-    except KeyboardInterrupt:       # its caller's group was interrupted: it ends
-        return 130                  # as `python` would, without a traceback
+    return serve(preload)
 
 
 if __name__ == "__main__":
