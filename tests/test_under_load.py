@@ -126,8 +126,10 @@ def test_a_correct_heartbeat_keeps_its_point_on_a_machine_that_holds_it(
     path.write_text(HELD)
     # A thread at the lowest priority that wakes from a sleep still gets a
     # slice soon enough now and then, so a run may see no hold at all (1 in 4
-    # on a quiet machine): run again, up to five runs, until one shows it.
-    for _ in range(5):
+    # on a quiet machine; a fresh-clone CI run and a run here beside a book
+    # build each saw none in five, in both forms): run again, up to ten runs,
+    # until one shows it.
+    for _ in range(10):
         hog = _pinned_hog(1.5, 0.8)
         try:
             [res] = run_checks(str(path), redis_url, ["heartbeat_keeps_lease"])
