@@ -111,8 +111,11 @@ def status(job_id: str, request: Request):
     where = s.queue.status(r, job_id) if hasattr(s.queue, "status") else "pending"
     if where is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id}")
-    if where == "done":  # acked, but its score is not in this results database
-        return {"job_id": job_id, "status": "done", "score": None}
+    if where == "done":
+        # Acked since the score was read: a worker commits the score before its
+        # ack, so it is there now, unless it went to another results database.
+        return {"job_id": job_id, "status": "done",
+                "score": _score(s.results_db, job_id)}
     return {"job_id": job_id, "status": "pending", "stage": where}
 
 
