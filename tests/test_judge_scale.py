@@ -53,12 +53,7 @@ def _stale_pairwise(j, kinds):
 
 def _handed_twice_pairwise(j):
     lease_ns, margin = j.cfg.lease_s * 1e9, 0.02e9
-    died = defaultdict(list)
-    for t, pid in j.run.kills:
-        died[pid].append(t)
-    for e in j.events:
-        if e["ev"] == "crash_point":
-            died[e["pid"]].append(e["t"])
+    died = j.deaths()
     out = []
     for job, evs in j.by_job.items():
         claims = [e for e in evs if e["ev"] == "claim"]

@@ -179,14 +179,7 @@ class _Judge:
         its square.
         """
         lease_ns, margin = self.cfg.lease_s * 1e9, 0.02e9
-        died = defaultdict(list)
-        for t, pid in self.run.kills:
-            died[pid].append(t)
-        for e in self.events:
-            if e["ev"] == "crash_point":
-                died[e["pid"]].append(e["t"])
-        for times in died.values():
-            times.sort()
+        died = self.deaths()
         never = float("inf")
         out = []
         for job, evs in self.by_job.items():
@@ -223,6 +216,18 @@ class _Judge:
                 k = bisect.bisect_left(deaths, b["t"])
                 open_.append((b, deaths[k] if fails and k < len(deaths) else never))
         return out
+
+    def deaths(self) -> dict[int, list[int]]:
+        """pid -> when its worker died (an engine kill or a crash point), in order."""
+        died = defaultdict(list)
+        for t, pid in self.run.kills:
+            died[pid].append(t)
+        for e in self.events:
+            if e["ev"] == "crash_point":
+                died[e["pid"]].append(e["t"])
+        for times in died.values():
+            times.sort()
+        return died
 
     def _held(self, a: dict, b: dict, lease_ns: float, margin: float) -> bool:
         """Claim b came while a's lease surely still ran (a: an earlier attempt
