@@ -84,6 +84,22 @@ def test_superuser_login_needs_the_password(run_db):
         psycopg.connect(wrong, connect_timeout=5)
 
 
+def test_the_learner_password_is_cheap_to_check_and_still_asked_for(run_db):
+    """Its SCRAM verifier has few rounds (a login costs a grade CPU each time);
+    the password is random, so rounds protect nothing, and it is still asked."""
+    with psycopg.connect(run_db.admin_url, autocommit=True) as c:
+        if c.info.server_version < 160000:
+            pytest.skip("scram_iterations is PostgreSQL 16's")
+        verifier = c.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s",
+                             (run_db.role,)).fetchone()[0]
+    assert verifier.startswith(f"SCRAM-SHA-256${pg_run.SCRAM_ITERATIONS}:")
+    wrong = urlsplit(run_db.learner_url)._replace(
+        netloc=f"{run_db.role}:not-it@{urlsplit(run_db.learner_url).hostname or ''}"
+    ).geturl()
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(wrong, connect_timeout=5)
+
+
 @pytest.mark.parametrize("other", ["postgres", "template1"])
 def test_the_learner_role_reaches_no_other_database(run_db, other):
     url = urlsplit(run_db.learner_url)._replace(path=f"/{other}").geturl()

@@ -54,7 +54,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from stat import S_ISDIR
+from stat import S_ISDIR, S_ISREG
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from autograder.isolation import landlock
@@ -371,27 +371,42 @@ def _mask_private(root: str, top: str, depth: int = 3) -> None:
     with something empty: learner code runs as root without capabilities, and
     owner rights would still open a root-owned 0640 file."""
     empty_file, empty_dir = f"{root}/.empty", f"{root}/.empty.d"
-    stack = [(top, 0)]
+    for path, is_dir in _private(top, depth):
+        source = empty_dir if is_dir else empty_file
+        if not os.path.exists(source):
+            os.mkdir(source, 0o555) if is_dir else Path(source).touch()
+        _mount(source, root + path, None, MS_BIND)
+        _mount(None, root + path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+
+
+def _private(top: str, depth: int) -> list[tuple[str, bool]]:
+    """(path, is a folder) of each file or folder under `top` that others may
+    not read, `depth` levels down. Each host walks it anew (a file made
+    owner-only after its server started is covered too); the directory's own
+    entry type tells a symbolic link (most of /etc) without a stat of it."""
+    found, stack = [], [(top, 0)]
     while stack:
         folder, level = stack.pop()
-        with contextlib.suppress(OSError), os.scandir(folder) as it:
+        try:
+            it = os.scandir(folder)
+        except OSError:
+            continue
+        with it:
             for entry in it:
-                with contextlib.suppress(OSError):
-                    st = entry.stat(follow_symlinks=False)
-                    is_dir = entry.is_dir(follow_symlinks=False)
-                    if not (is_dir or entry.is_file(follow_symlinks=False)):
+                try:
+                    if entry.is_symlink():
                         continue
-                    private = not st.st_mode & (0o001 if is_dir else 0o004)
-                    if not private:
-                        if is_dir and level + 1 < depth:
-                            stack.append((entry.path, level + 1))
-                        continue
-                    source = empty_dir if is_dir else empty_file
-                    if not os.path.exists(source):
-                        os.mkdir(source, 0o555) if is_dir else Path(source).touch()
-                    _mount(source, root + entry.path, None, MS_BIND)
-                    _mount(None, root + entry.path, None,
-                           MS_BIND | MS_REMOUNT | MS_RDONLY)
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                except OSError:
+                    continue
+                if S_ISDIR(mode):
+                    if not mode & 0o001:
+                        found.append((entry.path, True))
+                    elif level + 1 < depth:
+                        stack.append((entry.path, level + 1))
+                elif S_ISREG(mode) and not mode & 0o004:
+                    found.append((entry.path, False))
+    return found
 
 
 def _name_identity(root: str, name: str, uid: int) -> None:
