@@ -42,6 +42,8 @@ HELP = {
     "kill_phase_s": "... or after this many seconds (0: no cap)",
     "min_kills": "quota: random SIGKILLs before the chaos may stop "
                  "(default: LAB_KILLS when there are kills, else 0)",
+    "max_kills": "no more random SIGKILLs than this (0: no cap); kills at "
+                 "crash points go on",
     "min_pauses": "quota: SIGSTOPs past the lease",
     "min_crash_kills": "quota: kills at EACH --crash-point that uses --crash-p",
     "min_reaps": "quota: expired leases taken back by reap()",

@@ -484,6 +484,8 @@ def test_quota_needs_a_way_to_inject_it():
         ChaosConfig(kill_every=0, min_kills=3)
     with pytest.raises(ValueError, match="min_crash_kills needs"):
         ChaosConfig(min_crash_kills=3)
+    with pytest.raises(ValueError, match="max_kills is below min_kills"):
+        ChaosConfig(kill_every_claims=5, min_kills=20, max_kills=10)
 
 
 def test_a_crash_point_may_carry_its_own_probability(redis_url):
@@ -580,7 +582,8 @@ def test_graded_run_keeps_correct_queues_valid_with_its_quota(name, redis_url):
     report = _graded(name, 7, redis_url)
     assert report.verdict == "valid", report.text()
     f = report.stats["faults"]
-    assert f["kills"] >= 20 and f["pauses"] >= 5 and f["zombies"] >= 1, f
+    # the kills stop at their quota (each costs a worker's restart)
+    assert f["kills"] == 20 and f["pauses"] >= 5 and f["zombies"] >= 1, f
     crashes = f["crash_kills"]
     assert crashes["mid-call"] >= 1 and crashes["mid-claim"] >= 1, f
     # A deadly job, buried: each attempt dies at on-poison unless a random kill

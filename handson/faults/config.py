@@ -65,6 +65,7 @@ class ChaosConfig:
     # the document count set the run's length; past quota_cap_s the chaos stops
     # anyway and a run short of its quota is "unknown", never a pass.
     min_kills: int = 0               # engine SIGKILLs at random
+    max_kills: int = 0               # no more of them than this (0: no cap)
     min_pauses: int = 0              # SIGSTOPs longer than the lease
     max_pauses: int = 0              # no more SIGSTOPs than this (0: no cap)
     min_crash_kills: int = 0         # self-kills at EACH crash point on crash_p
@@ -105,6 +106,9 @@ class ChaosConfig:
             raise ValueError("min_crash_kills needs crash points and a crash_p")
         if self.min_kills and not (self.kill_every or self.kill_every_claims):
             raise ValueError("min_kills needs kill_every or kill_every_claims")
+        if 0 < self.max_kills < self.min_kills:
+            raise ValueError("max_kills is below min_kills: the quota could not "
+                             "be met")
         if self.min_pauses and not (self.pause_every or self.pause_every_claims):
             raise ValueError("min_pauses needs pause_every or pause_every_claims")
         if (self.fault_reapers or self.reaper_skew_s

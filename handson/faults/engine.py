@@ -247,7 +247,8 @@ class _Run(Faults):
                 raise _Aborted("workers keep exiting on their own; their log "
                                f"ends with:\n{self._log_tail()}")
             if self.phase == "chaos":
-                if due["kill"] is not None and clock("kill", now) >= due["kill"]:
+                if (due["kill"] is not None and clock("kill", now) >= due["kill"]
+                        and not 0 < cfg.max_kills <= len(self.kills)):
                     self.due = round(due["kill"], 3)
                     self._kill_slot(self._victim(self.kill_rng, busy=False))
                     # and every `workers` kills the first reaper too (no dice
