@@ -297,10 +297,13 @@ class _Run(Faults):
                         stop_chaos = True       # judged "unknown", and says why
                     elif now - t_chaos < cfg.quota_cap_s:
                         stop_chaos = False
-                        # few jobs left, or none handed out for a lease (the
-                        # rest lost: a queue that loses jobs still gets faults)
+                        # few jobs left, or none handed out for a lease while
+                        # a worker had none (the rest lost: a queue that loses
+                        # jobs still gets faults; workers all busy on long jobs
+                        # are not a reason, or the backlog grows without end)
                         low = (total - done < max(cfg.workers, cfg.docs // 2)
-                               or now - claimed_at > cfg.lease_s)
+                               or now - claimed_at > cfg.lease_s
+                               and not self._all_busy())
                         if (low or running_low) and self.batch is None:
                             self._more(len(ids), queue)
                             last_activity = now

@@ -240,6 +240,13 @@ class Faults(Pool):
             if now >= until:
                 self._resume(slot)
 
+    def _all_busy(self) -> bool:
+        """Every running worker holds a job: a claim gap is long work, not an
+        empty queue, so more documents would only lengthen the drain."""
+        return all(self.tally.job_of(p.pid) is not None
+                   for i, p in enumerate(self.procs)
+                   if p is not None and i not in self.paused and p.poll() is None)
+
     def _victim(self, rng: random.Random, busy: bool) -> int | None:
         """A running slot to fault (with `busy`, only one holding a job), or None.
 
