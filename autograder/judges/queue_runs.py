@@ -60,9 +60,10 @@ from handson.queues.checks import run_checks
 gc.freeze()     # what is imported now, the forks below need not collect again
 path, timeout = sys.argv[1], float(sys.argv[3]) if sys.argv[3] != "-" else None
 lanes = json.loads(sys.argv[2])  # [[redis_url, [check, ...], {env}], ...]
+gate = json.loads(sys.argv[6]) if sys.argv[6] != "-" else None   # one more, first
 if sys.argv[5] != "-":          # the probe first, in this harness: one start less
     from handson.infra import remote_module
-    os.environ.update(lanes[0][2])
+    os.environ.update((gate or lanes[0])[2])
     usual, remote_module.START_TIMEOUT_S = remote_module.START_TIMEOUT_S, \\
         float(sys.argv[5])
     probe = json.loads(probed(path))
@@ -79,7 +80,26 @@ def lane(url, names, env, out):
         out.write(json.dumps(asdict(res)) + "\\n")
         out.flush()
     return passed
-if len(lanes) == 1:
+def cost(url):
+    import signal
+    from handson.queues.cost import compare, LIMIT_S
+    def late(*_):
+        raise TimeoutError(f"not done in {LIMIT_S} s")
+    signal.signal(signal.SIGALRM, late)
+    signal.alarm(LIMIT_S)
+    try:
+        print(json.dumps({"cost": compare(path, url)}), flush=True)
+    except Exception as err:
+        print(json.dumps({"cost": {"error": f"{type(err).__name__}: {err}"}}),
+              flush=True)
+    signal.alarm(0)
+if gate:        # the gate's checks, then its cost, said before any lane starts
+    if lane(*gate, sys.stdout) and sys.argv[4] != "-":
+        cost(sys.argv[4])
+    print(json.dumps({"gate_done": True}), flush=True)
+if not lanes:
+    passed = False
+elif len(lanes) == 1:
     passed = lane(*lanes[0], sys.stdout)
 else:       # one process a lane, forked once this one has imported everything
     from handson.infra import remote_module
@@ -116,17 +136,8 @@ else:       # one process a lane, forked once this one has imported everything
     for pid in pids:
         os.waitpid(pid, 0)
     passed = False
-if sys.argv[4] != "-" and passed:      # then the cost, on that database
-    import signal
-    from handson.queues.cost import compare, LIMIT_S
-    def late(*_):
-        raise TimeoutError(f"not done in {LIMIT_S} s")
-    signal.signal(signal.SIGALRM, late)
-    signal.alarm(LIMIT_S)
-    try:
-        print(json.dumps({"cost": compare(path, sys.argv[4])}))
-    except Exception as err:
-        print(json.dumps({"cost": {"error": f"{type(err).__name__}: {err}"}}))
+if sys.argv[4] != "-" and passed and not gate:     # then the cost, on that database
+    cost(sys.argv[4])
 """
 
 def learner_env(path: str, redis_url: str | None,
@@ -215,26 +226,34 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
                        on_result: Callable[[dict], None] | None = None,
                        lanes: list[tuple[str, list[str]]] | None = None,
                        stop: threading.Event | None = None,
-                       probe_s: float | None = None
+                       probe_s: float | None = None,
+                       gate: list[str] | None = None,
+                       on_gate: Callable[[], None] | None = None
                        ) -> tuple[dict, list[str], dict]:
     """`contract`, then, if every check passed, in the same harness (one sandbox
     start less) the file's cost beside the reference's on `cost_url`
     (`handson.queues.cost.compare`), or {"error": why}. The server's counters
     are server-wide: nothing else may use the server meanwhile.
     `probe_s`: first `probe` the file in that harness, its import given that
-    long; NotLoadable if it fails, and nothing else runs."""
-    lanes = lanes or [(redis_url, names)]
-    names = [n for _, lane in lanes for n in lane]
+    long; NotLoadable if it fails, and nothing else runs.
+    `gate`: checks run first on `redis_url`, alone, then the cost (if they
+    passed), then `lanes`; `on_gate` is called once those are said, so the
+    caller may start what needs the server to itself no more (or `stop` us)."""
+    lanes = lanes or ([] if gate else [(redis_url, names)])
+    heads = [(redis_url, gate)] if gate else []
+    names = [n for _, lane in heads + lanes for n in lane]
     # Each lane's hosts are told its own database, as a harness of its own
     # would tell them: nothing a learner's code reads says which lane it is in.
-    envs = [learner_env(path, url, imports) for url, _ in lanes]
+    envs = [learner_env(path, url, imports) for url, _ in heads + lanes]
     spec = [[url, list(lane), {k: env[k] for k in ("REDIS_URL", remote_module.ENV)}]
-            for (url, lane), env in zip(lanes, envs, strict=True)]
+            for (url, lane), env in zip(heads + lanes, envs, strict=True)]
+    first = spec.pop(0) if gate else None
     fin = sandbox.run([sys.executable, "-c", CONTRACT, path, json.dumps(spec),
                        str(per_check_s) if per_check_s else "-", cost_url or "-",
-                       f"{probe_s:g}" if probe_s else "-"],
+                       f"{probe_s:g}" if probe_s else "-",
+                       json.dumps(first) if first else "-"],
                       timeout=timeout, env=envs[0],
-                      on_line=_hearing(on_result), stop=stop)
+                      on_line=_hearing(on_result, on_gate), stop=stop)
     results, cost, probed = {}, {}, None
     for line in fin.stdout.splitlines():
         try:
@@ -250,8 +269,9 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
     if probe_s and not (probed or {}).get("ok"):
         raise NotLoadable((probed or _unprobed(path, fin, timeout))["error"])
     if cost_url and not cost:
+        before = gate or names          # the checks the cost waits for
         why = ("not tried: a check failed" if not all(
-                   r.get("ok") for r in results.values()) or len(results) < len(names)
+                   results.get(n, {}).get("ok") for n in before)
                else f"the harness did not finish within {timeout:g} s"
                if fin.timed_out else f"the harness ended with exit code "
                f"{fin.returncode}: {fin.tail(300)}")
@@ -261,8 +281,10 @@ def contract_then_cost(path: str, redis_url: str, names: list[str],
     return results, fin.leftovers, cost
 
 
-def _hearing(on_result: Callable[[dict], None] | None) -> Callable[[str], None]:
-    """A harness's stdout line: each check's result, said (`live`) and handed on."""
+def _hearing(on_result: Callable[[dict], None] | None,
+             on_gate: Callable[[], None] | None = None) -> Callable[[str], None]:
+    """A harness's stdout line: each check's result, said (`live`) and handed
+    on; the end of its gate, told."""
     def hear(line: str) -> None:
         try:
             res = json.loads(line)
@@ -272,6 +294,8 @@ def _hearing(on_result: Callable[[dict], None] | None) -> Callable[[str], None]:
             live.say(res["name"], bool(res["ok"]), res.get("got", ""))
             if on_result is not None:
                 on_result(res)
+        elif isinstance(res, dict) and res.get("gate_done") and on_gate is not None:
+            on_gate()
     return hear
 
 
