@@ -236,14 +236,20 @@ def test_reapers_are_faulted_like_workers_and_restarted(redis_url):
     """Every role faulted: reapers are killed in turn with the workers and come
     back, their clocks an hour behind; a queue whose reap is one script has no
     gap to die in (mid-reap never fires) and stays valid."""
-    cfg = ChaosConfig(queue=str(CORPUS / "mini_correct.py"), seed=1, docs=40,
-                      kill_every=0, kill_every_claims=4, min_kills=8, lease_s=0.5,
-                      reapers=2, fault_reapers=True, reaper_skew_s=-3600,
-                      crash_points=("mid-reap:1",))
-    report = _run(cfg, redis_url)
-    f = report.stats["faults"]
-    assert report.verdict == "valid", report.text()
-    assert f["reaper_kills"] >= 2 and f["crash_kills"]["mid-reap"] == 0, f
+    # A restarted reaper wins a lease from the workers' own reaps in most runs,
+    # not all: a loaded fresh-clone CI run saw 4 leases expire, all reaped by
+    # the workers. Each run must be valid; one of three must show a raced reap.
+    for seed in (1, 2, 3):
+        cfg = ChaosConfig(queue=str(CORPUS / "mini_correct.py"), seed=seed, docs=40,
+                          kill_every=0, kill_every_claims=4, min_kills=8,
+                          lease_s=0.5, reapers=2, fault_reapers=True,
+                          reaper_skew_s=-3600, crash_points=("mid-reap:1",))
+        report = _run(cfg, redis_url)
+        f = report.stats["faults"]
+        assert report.verdict == "valid", report.text()
+        assert f["reaper_kills"] >= 2 and f["crash_kills"]["mid-reap"] == 0, f
+        if f["raced_reaps"] >= 1:
+            break
     assert f["raced_reaps"] >= 1, f           # the restarted reapers still reap
     assert "reapers killed" in report.text() and "-3600 s off" in report.text()
     with pytest.raises(ValueError, match="need reapers"):

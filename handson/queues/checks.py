@@ -608,10 +608,12 @@ def _claims_survive_kills(q, r, url, n: int = 400, workers: int = 1,
             q.enqueue(r, {"doc_id": i}, f"k-{i}")
         enqueued[0] += count
 
-    def top_up() -> None:
+    def top_up(landed: int) -> None:
         """Keep jobs pending: a claimer the kills do not reach (its killer
-        starved of CPU) can claim all of them, and then claims nothing."""
-        while enqueued[0] - claimed() < n // 2:
+        starved of CPU) can claim all of them, and then claims nothing. Each
+        kill may have taken one job its counter never showed (popped, then
+        killed before the count), so each counts as one claim more."""
+        while enqueued[0] - claimed() - landed < n // 2:
             add(n // 4)
 
     ctx = multiprocessing.get_context("fork")
@@ -641,7 +643,7 @@ def _claims_survive_kills(q, r, url, n: int = 400, workers: int = 1,
             seen_at = counters[i].value
             wait_until = time.monotonic() + STILL_S
             while counters[i].value == seen_at and time.monotonic() < wait_until:
-                top_up()
+                top_up(landed)
                 time.sleep(0.0005)
             if counters[i].value == seen_at:
                 still = True
