@@ -41,21 +41,6 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-# The files that take minutes of wall time, longest first: under `make test`
-# (three files at a time, in this order, not xdist's most-tests-first) they
-# start at once, so the suite does not end waiting on one of them alone (the
-# corpus run, started last, ran its 7 minutes with the other cores idle).
-FIRST = ("test_corpus_command.py", "test_grade_class.py", "test_chaos.py",
-         "test_autograder.py", "test_autograder_corpus.py")
-
-
-def pytest_collection_modifyitems(items):
-    def rank(item) -> int:
-        name = item.path.name
-        return FIRST.index(name) if name in FIRST else len(FIRST)
-    items.sort(key=rank)        # stable: each file's own order stays
-
-
 def pytest_runtest_setup(item):
     item.stash[_CPU_AT] = _cpu_s()
 
