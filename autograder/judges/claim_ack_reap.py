@@ -293,7 +293,7 @@ def _gate_first(path: str, redis_url: str, groups: list[list[str]],
         reports = [f.result() for f in runs]
     gate = {n: results[n] for n in GATE if n in results}
     if any(_blocked(gate.get(n)) for n in GATE):
-        return gate, {}, left, [], cost, []
+        return gate, {}, left, cost, []
     rest = {n: r for n, r in results.items() if n not in GATE}
     if stop is not None and stop.is_set():     # the same verdict however fast
         reports = [queue_runs.stopped()]       # the run was
@@ -301,7 +301,7 @@ def _gate_first(path: str, redis_url: str, groups: list[list[str]],
         reports = [{"verdict": "unknown", "invariants": {}, "replay": "",
                     "stats": {}, "reason": "the chaos run never started: the "
                     "checks' harness ended before its gate was done"}]
-    return gate, rest, left, [], cost, reports
+    return gate, rest, left, cost, reports
 
 
 def evaluate_file(path: str, redis_url: str, quick: bool,
@@ -318,8 +318,8 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
                   if c.name not in GATE and c.name not in ALONE]
     groups = [list(ALONE)] + [rest_names[i::LANES] for i in range(LANES)]
     try:
-        gate, rest, left, left2, cost, reports = _gate_first(path, redis_url, groups,
-                                                             seeds, quick)
+        gate, rest, left, cost, reports = _gate_first(path, redis_url, groups,
+                                                       seeds, quick)
     except queue_runs.NotLoadable as err:
         why = str(err).replace(path, shown_path)
         return Evaluation(not_run(CHECKS, why), [why])
@@ -329,7 +329,7 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
                         if _blocked(gate.get(n)) and n in gate) or "no report"
         problems.append("enqueue/claim hang, crash or are not written yet, so the "
                         f"other checks and the chaos run were skipped ({why})")
-    for leftover in (left + left2)[:3]:
+    for leftover in left[:3]:
         problems.append(f"a check left a process behind (killed): {leftover}")
     outcomes = _contract_outcomes({**gate, **rest}, CONTRACT_CHECKS)
     if not gate_ok:
