@@ -250,22 +250,27 @@ class _Run(Faults):
                 if (due["kill"] is not None and clock("kill", now) >= due["kill"]
                         and not 0 < cfg.max_kills <= len(self.kills)):
                     self.due = round(due["kill"], 3)
-                    self._kill_slot(self._victim(self.kill_rng, busy=False))
+                    self._kill_slot(self._kill_victim())
                     # and every `workers` kills the first reaper too (no dice
                     # drawn: the workers' schedule stays the seed's)
                     if cfg.fault_reapers and len(self.kills) % cfg.workers == 0:
                         self._kill_reaper(0)
                     due["kill"] += gap(mean["kill"], rngs["kill"])
                 # A zombie needs a worker left running to claim its job again.
-                if (due["pause"] is not None and clock("pause", now) >= due["pause"]
+                pause_due = (due["pause"] is not None
+                             and clock("pause", now) >= due["pause"])
+                if ((pause_due or self.owed_pauses)
                         and not 0 < cfg.max_pauses <= len(self.pauses)
                         and not (cfg.zombie_pauses
                                  and len(self.paused) + 1 >= cfg.workers)):
-                    victim = self._victim(self.pause_rng, busy=True)
+                    victim = self._pause_victim()
                     if victim is not None:         # else: at the next busy tick
                         self.due = round(due["pause"], 3)
                         self._pause_slot(victim, pause_s)
-                        due["pause"] += gap(mean["pause"], rngs["pause"])
+                        if pause_due:
+                            due["pause"] += gap(mean["pause"], rngs["pause"])
+                        else:
+                            self.owed_pauses -= 1
                 if due["reaper"] is not None and self.tally.claims >= due["reaper"]:
                     self.due = round(due["reaper"], 3)
                     if self._arm_reaper():     # else: once its last arm is spent

@@ -34,7 +34,6 @@ class Faults(Pool):
         super().__init__(*args)
         cfg = self.cfg
         self.kill_rng = random.Random(cfg.seed)
-        self.pause_rng = random.Random(f"pause-{cfg.seed}")
         self.reaper_kills = 0                       # beside the workers' kills
         self.reaper_armed: tuple[int, int] | None = None  # (pid, arms spent then)
         self.reaper_stop: dict | None = None        # the reaper pause under way
@@ -50,6 +49,9 @@ class Faults(Pool):
         self.zombies: dict[int, tuple[int, str, int, int]] = {}
         self.holds: dict[int, tuple[int, str]] = {}
         self.zombies_made = 0
+        # Zombie pauses struck off (the worker had just ended its job): each is
+        # tried again at the next tick, not at the schedule's next due point.
+        self.owed_pauses = 0
         self.tally = _Tally(self.events_dir)
         # (claims seen, fault, slot, when it was due: seconds or claims)
         self.schedule: list[tuple[int, str, int, float]] = []
@@ -222,6 +224,7 @@ class Faults(Pool):
                 if self.tally.ended.get((pid, job), t_ns + 1) <= t_ns:
                     self.pauses = [x for x in self.pauses if x[:2] != (t_ns, pid)]
                     self.zombies.pop(slot)
+                    self.owed_pauses += 1
                     self._resume(slot)
                     continue
                 newer = [(a, p) for a, p in self.tally.claims_of.get(job, ())
@@ -247,20 +250,37 @@ class Faults(Pool):
                    for i, p in enumerate(self.procs)
                    if p is not None and i not in self.paused and p.poll() is None)
 
-    def _victim(self, rng: random.Random, busy: bool) -> int | None:
-        """A running slot to fault (with `busy`, only one holding a job), or None.
+    def _running(self) -> list[int]:
+        """Slots to fault: paused ones are skipped (a kill too: its lease ran
+        out long ago), and so is a zombie answering for its job."""
+        answering = {zpid for zpid, _ in self.holds.values()}
+        return [i for i in range(self.cfg.workers) if i not in self.paused
+                and self.procs[i].pid not in answering]
 
-        Paused slots are skipped (a kill too: its lease ran out long ago). Kills
-        take any running worker, so they land anywhere in its loop, inside
-        claim() too; a pause only counts if it makes its worker outlive a lease.
-        """
-        answering = {zpid for zpid, _ in self.holds.values()}   # a zombie's last act
-        slots = [i for i in range(self.cfg.workers) if i not in self.paused
-                 and self.procs[i].pid not in answering]
-        if busy:
-            slots = [i for i in slots
-                     if self.tally.job_of(self.procs[i].pid) is not None]
-        return slots[rng.randrange(len(slots))] if slots else None
+    def _kill_victim(self) -> int | None:
+        """Any running worker, at random: kills land anywhere in its loop,
+        inside claim() too."""
+        slots = self._running()
+        return slots[self.kill_rng.randrange(len(slots))] if slots else None
+
+    def _pause_victim(self) -> int | None:
+        """The running worker with the latest claim, the likeliest still at its
+        job: a pause only counts if it makes its worker outlive a lease. (The
+        logs are read every tick and a job may take a few ms: a worker picked
+        at random had often ended its job, and its pause was struck off.)"""
+        slots = [i for i in self._running() if self._claimable_again(self.procs[i].pid)]
+        return max(slots, key=self._claimed_at, default=None)
+
+    def _claimed_at(self, slot: int) -> int:
+        return self.tally.last_claim.get(self.tally.job_of(self.procs[slot].pid), 0)
+
+    def _claimable_again(self, pid: int) -> bool:
+        """The worker holds a job; for a zombie pause, one that is not on its
+        last attempt. A job's last lease ends in the DLQ, never in a second
+        claim, so its pause could make no zombie and lasted its whole length."""
+        held = self.tally.holding.get(pid)
+        return bool(held) and not (self.cfg.zombie_pauses
+                                   and held[1] >= self.cfg.max_attempts)
 
     def faults(self) -> dict[str, int]:
         """Faults injected so far, by kind (the quota's keys)."""
