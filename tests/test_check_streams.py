@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import nbformat
@@ -84,3 +85,27 @@ def test_a_run_s_lines_are_heard_as_written_and_stop_ends_it(tmp_path):
                       stop=stop)
     assert heard == ["first"] and fin.stdout == "first\n"
     assert fin.supervisor_killed == "its caller stopped it"
+
+
+def test_a_hung_enqueue_ends_the_check_after_its_own_limit(tmp_path):
+    """The gate's first check hangs: the second is not given its 30 s too, and
+    nothing after it runs (a hostile review timed 62 s for a claim that hung
+    on the gate's database)."""
+    spins = ('    """Add a job once: the same job_id again (pending, in flight or '
+             'done) is a no-op."""\n')
+    path = _wrong(tmp_path, spins, spins + "    import time\n    while True:\n"
+                                           "        time.sleep(1)\n")
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="eo-t-") as short:
+        done = subprocess.run([sys.executable, "-m", "autograder", "check",
+                               str(path)], cwd=notebook.REPO, capture_output=True,
+                              text=True, timeout=600,
+                              env=dict(os.environ, TMPDIR=short))
+    took = time.monotonic() - start
+    heard = [line.split(" s  ", 1)[1] for line in done.stderr.splitlines()
+             if "  FAIL  " in line or "  PASS  " in line]
+    assert heard and heard[0].startswith("FAIL  enqueue_idempotent: "), heard
+    assert "no answer after" in heard[0]
+    assert took < 55, (took, heard)         # its 30 s and the start, not 60 s
+    assert "so the other checks and the chaos run were skipped" in done.stdout
+    assert "the quick check stopped the chaos run" not in done.stdout

@@ -274,6 +274,8 @@ def _gate_first(path: str, redis_url: str, groups: list[list[str]],
         def heard(res: dict) -> None:
             if res["name"] in GATE:
                 gate[res["name"]] = res
+                if _blocked(res) and "no answer after" in res.get("got", ""):
+                    blocked.set()       # a hung gate: not another 30 s for the next
             if stop is not None and not res["ok"]:
                 stop.set()
 

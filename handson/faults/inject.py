@@ -268,19 +268,11 @@ class Faults(Pool):
         job: a pause only counts if it makes its worker outlive a lease. (The
         logs are read every tick and a job may take a few ms: a worker picked
         at random had often ended its job, and its pause was struck off.)"""
-        slots = [i for i in self._running() if self._claimable_again(self.procs[i].pid)]
+        slots = [i for i in self._running() if self.tally.job_of(self.procs[i].pid)]
         return max(slots, key=self._claimed_at, default=None)
 
     def _claimed_at(self, slot: int) -> int:
         return self.tally.last_claim.get(self.tally.job_of(self.procs[slot].pid), 0)
-
-    def _claimable_again(self, pid: int) -> bool:
-        """The worker holds a job; for a zombie pause, one that is not on its
-        last attempt. A job's last lease ends in the DLQ, never in a second
-        claim, so its pause could make no zombie and lasted its whole length."""
-        held = self.tally.holding.get(pid)
-        return bool(held) and not (self.cfg.zombie_pauses
-                                   and held[1] >= self.cfg.max_attempts)
 
     def faults(self) -> dict[str, int]:
         """Faults injected so far, by kind (the quota's keys)."""

@@ -61,10 +61,13 @@ def _overhead(judge, samples: int = 5) -> list:
     return [*least, 0.0]              # CPU: too small to tell from the noise
 
 
-def _phase(judge, calls, overhead, alone: list[bool]) -> dict:
+def _phase(judge, calls, overhead, alone: list[bool], clients: tuple) -> dict:
     """Counter deltas over `calls()`, less what asking costs (`overhead`);
-    `alone` becomes [False] if a connection opened or closed meanwhile."""
-    clients = _clients(judge)
+    `alone` becomes [False] if a connection opened or closed since `clients`
+    was taken, before the warm-up (a queue's connections made there cost
+    one try more): another client's connection that opened just
+    before a phase could send its first commands inside it and close after it
+    (a loaded CI run measured 3.25 round trips a job for 3)."""
     before = _counters(judge)
     n = calls()
     after = _counters(judge)
@@ -87,7 +90,8 @@ def measure(q, r, judge, jobs: int = JOBS, tries: int = 3) -> dict:
 
 
 def _measure(q, r, judge, jobs: int) -> tuple[dict, bool]:
-    r.flushdb()
+    r.flushdb()                       # (its connection made, if it was not)
+    clients = _clients(judge)
     for i in range(3):                # connections made, scripts loaded
         q.enqueue(r, {"warm": i}, f"warm-{i}")
     for _ in range(3):
@@ -95,7 +99,6 @@ def _measure(q, r, judge, jobs: int) -> tuple[dict, bool]:
         if job is not None:
             q.ack(r, job[0], job[2])
     q.reap(r, 3)
-    clients = _clients(judge)
     overhead = _overhead(judge)
     alone = [_clients(judge) == clients]
     ids = [f"cost-{i}" for i in range(jobs)]
@@ -121,7 +124,7 @@ def _measure(q, r, judge, jobs: int) -> tuple[dict, bool]:
             q.reap(r, 3)
         return 10
 
-    out = {name: _phase(judge, fn, overhead, alone) for name, fn in
+    out = {name: _phase(judge, fn, overhead, alone, clients) for name, fn in
            (("enqueue", enqueue), ("claim", claim), ("ack", ack), ("reap", reap))}
     out["per_job"] = {k: round(sum(out[f][k] for f in PER_JOB), 2)
                       for k in ("round_trips", "commands", "cpu_us")}
