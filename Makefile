@@ -28,8 +28,9 @@ book: $(STAMP)
 
 ## test: build the book (the gate), then run the test suite
 ## Three test files at a time: most of a test is waiting on leases, kills and
-## sleeps. With REDIS_URL the tests share that server (and empty it), so one.
-TEST_JOBS := $(if $(REDIS_URL),-n 0,-n 3 --dist loadfile)
+## sleeps; the corpus run first (tests/conftest.py's FIRST, so not xdist's
+## reorder). With REDIS_URL the tests share that server (and empty it), so one.
+TEST_JOBS := $(if $(REDIS_URL),-n 0,-n 3 --dist loadfile --no-loadscope-reorder)
 test: book
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest $(TEST_JOBS)
