@@ -27,10 +27,10 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 ## test: build the book (the gate), then run the test suite
-## Three test files at a time: most of a test is waiting on leases, kills and
+## Four test files at a time: most of a test is waiting on leases, kills and
 ## sleeps; the corpus run first (tests/conftest.py's FIRST, so not xdist's
 ## reorder). With REDIS_URL the tests share that server (and empty it), so one.
-TEST_JOBS := $(if $(REDIS_URL),-n 0,-n 3 --dist loadfile --no-loadscope-reorder)
+TEST_JOBS := $(if $(REDIS_URL),-n 0,-n 4 --dist loadfile --no-loadscope-reorder)
 test: book
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest $(TEST_JOBS)
