@@ -80,9 +80,11 @@ def _namespaced() -> bool:
     return os.geteuid() == 0 and shutil.which("unshare") is not None
 
 
-def measure(cmd: list[str], cwd: Path | None = None, echo=None) -> dict:
+def measure(cmd: list[str], cwd: Path | None = None, echo=None,
+            stdout: Path | None = None) -> dict:
     """Run `cmd` to its end; what it cost, by role where the roles are counted.
-    `echo` hears each line of its stderr as it comes."""
+    `echo` hears each line of its stderr as it comes; its stdout goes to the
+    file `stdout`, if given."""
     with tempfile.TemporaryDirectory(prefix="eo-bench-") as tmp:
         log, out = Path(tmp) / "cost.jsonl", Path(tmp) / "init.json"
         env = dict(os.environ, **{COST_LOG: str(log)})
@@ -96,8 +98,9 @@ def measure(cmd: list[str], cwd: Path | None = None, echo=None) -> dict:
         else:
             run = cmd
         said: collections.deque = collections.deque(maxlen=50)
-        with subprocess.Popen(run, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) as proc:
+        with (open(stdout, "w") if stdout else open(os.devnull, "w")) as sink, \
+                subprocess.Popen(run, cwd=cwd, env=env, stdout=sink,
+                                 stderr=subprocess.PIPE, text=True) as proc:
             for line in proc.stderr:
                 said.append(line)
                 if echo:

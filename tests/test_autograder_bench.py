@@ -43,3 +43,14 @@ def test_a_forked_hosts_launcher_adds_its_cpu_to_the_learners_share():
     env = {confine.COST_LOG: "/x/cost.jsonl", "PATH": "/bin", "SECRET": "s"}
     assert remote_module._launcher_env(prefix, env) == {
         confine.COST_LOG: "/x/cost.jsonl", "PATH": "/bin"}
+
+
+def test_a_measured_command_s_output_is_kept_where_asked(tmp_path):
+    from autograder import bench
+
+    heard = []
+    code = "import sys; print('the report'); print('progress', file=sys.stderr)"
+    cost = bench.measure([sys.executable, "-c", code], echo=heard.append,
+                         stdout=tmp_path / "out.txt")
+    assert cost["ok"] and heard == ["progress"]
+    assert (tmp_path / "out.txt").read_text() == "the report\n"

@@ -108,3 +108,15 @@ def test_points_apart_from_grading_alone_are_named_by_check():
     assert class_bench.differences(None, [same]) == {"grade": [False, True]}
     assert class_bench.differences(alone, [None]) == {"grade": [True, False]}
     assert class_bench.differences(None, [None, None]) == {}
+
+
+def test_a_submission_grade_class_could_not_grade_is_named_with_why():
+    """The bench reads grade-class's own report: which student, and why."""
+    from autograder.classroom import grade_class
+
+    run = grade_class.ClassRun(failed={
+        "s007/claim_ack_reap@0123456789ab": "KilledWorker: its grader was killed"})
+    said = grade_class.report(run)
+    assert class_bench.not_graded(said) == [
+        ("s007", "KilledWorker: its grader was killed")]
+    assert class_bench.not_graded(grade_class.report(grade_class.ClassRun())) == []

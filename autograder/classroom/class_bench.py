@@ -114,9 +114,14 @@ def run(n: int, workers: int | None = None, alone: bool = False,
         cmd = [sys.executable, "-m", "autograder", "grade-class",
                str(course / "submitted"), "--course", str(course),
                *(["--workers", str(workers)] if workers else [])]
-        cost = bench.measure(cmd, cwd=notebook.REPO, echo=hear)
+        said = Path(tmp) / "grade-class.out"
+        cost = bench.measure(cmd, cwd=notebook.REPO, echo=hear, stdout=said)
         end = time.monotonic()
         got = scores(course)
+        failed = [{"student": student, "variant": students[student][0],
+                   "kind": students[student][1], "why": why}
+                  for student, why in not_graded(said.read_text())
+                  if student in students]
         kinds: dict[str, list] = defaultdict(list)
         for student, (_, kind) in students.items():
             kinds[kind].append(got.get(student))
@@ -138,7 +143,21 @@ def run(n: int, workers: int | None = None, alone: bool = False,
                     differ.append({"variant": name, "checks": apart})
     return {"n": n, "workers": workers, "cost": cost,
             "estimates": estimates(heard, end), "kinds": per_kind,
-            "alone_checked": alone, "differ": differ}
+            "failed": failed, "alone_checked": alone, "differ": differ}
+
+
+def not_graded(summary: str) -> list[tuple[str, str]]:
+    """(student, why) for each submission grade-class's summary says it could
+    not grade (its key is student/assignment)."""
+    if "could not be graded:" not in summary:
+        return []
+    rows = summary.split("could not be graded:", 1)[1].splitlines()
+    out = []
+    for row in rows:
+        key, sep, why = row.strip().partition(": ")
+        if sep and "/" in key:
+            out.append((key.split("/")[0], why))
+    return out
 
 
 def _mean(xs: list[float]) -> float:
@@ -161,6 +180,10 @@ def table(res: dict) -> str:
     for e in res["estimates"]:
         out.append(f"at {e['done']:.0%} graded the bar said ~{e['said_s']} s left; "
                    f"{e['was_s']} s were")
+    for f in res.get("failed", []):
+        if f["kind"] != "broken":      # a broken notebook has no grade to give
+            out.append(f"not graded: {f['student']} ({f['variant']}, {f['kind']}): "
+                       f"{f['why']}")
     if res["alone_checked"] and not res["differ"]:
         out.append("graded alone, every distinct notebook had its class points")
     for d in res["differ"]:
