@@ -430,4 +430,5 @@ def _unknown(cfg: ChaosConfig, reason: str, stats: dict, run_: _Run | None = Non
              ) -> Report:
     invs = {name: Invariant(name, None, 0) for name in INVARIANTS}
     pids = [p.pid for p in run_.started] if run_ else []
-    return Report(cfg, "unknown", reason, invs, dict(stats), replay_command(cfg), pids)
+    stats = dict(stats, **({"worker_errors": run_.abnormal} if run_ else {}))
+    return Report(cfg, "unknown", reason, invs, stats, replay_command(cfg), pids)
