@@ -325,6 +325,7 @@ def test_a_stopped_ack_names_its_schedule_the_same_way_every_run(redis_url):
     assert "attempt 2 holds the job" in first.got
     assert "ONE round trip" in first.hint and "WATCH/MULTI" in first.hint
     assert first.timeline == second.timeline
+    assert first.witnessed == ["stale_ack_accepted"]
     _drawn_as_run(first, "ack", "stop")
 
 
@@ -333,7 +334,17 @@ def test_a_reap_killed_between_its_scripts_loses_the_jobs(redis_url):
                        ["killed_between_replies"])
     assert not res.ok and "reap was killed after Redis reply 1" in res.got
     assert "lost" in res.got and "ONE round trip" in res.hint
+    assert res.witnessed == ["lost"]        # the chaos check follows it
     _drawn_as_run(res, "reap", "kill")
+
+
+def test_reapers_that_requeue_one_expiry_twice_show_the_double_hand_out(redis_url):
+    """What the grader's chaos checks take from a failure: the same job handed
+    to several holders at once, and claimed more often than max_attempts."""
+    [res] = run_checks(str(QUEUES / "reap_not_atomic.py"), redis_url,
+                       ["reap_atomic_concurrent"])
+    assert not res.ok and "times at once" in res.got, res.got
+    assert set(res.witnessed) == {"handed_out_twice", "over_delivered"}
 
 
 def _drawn_as_run(res, fn: str, held: str) -> None:

@@ -265,3 +265,26 @@ def test_a_claim_killed_between_its_trips_dies_in_the_learner_s_process_too(
         sandbox.cleanup(tmp_path)
     res = found["claim_atomic_concurrent"]
     assert not res["ok"] and "jobs were gone" in res["got"], res
+
+
+def test_a_hole_the_contract_checks_showed_fails_its_chaos_check_every_time():
+    """A chaos run that happened to miss a hole a contract check broke outright
+    earns nothing for that invariant, so two gradings of one notebook agree;
+    holes no check showed, and checks that passed, change nothing."""
+    clean = {"verdict": "pass", "seed": 1, "stats": {},
+             "invariants": {i: {"ok": True, "count": 0}
+                            for names in claim_ack_reap.INVARIANTS.values()
+                            for i in names}}
+    results = {"killed_between_replies": {"ok": False, "witnessed": ["lost"]},
+               "claim_atomic_concurrent": {"ok": True, "witnessed": []},
+               "bound_refuses": {"ok": False, "witnessed": []}}
+    outcomes, _, _ = claim_ack_reap._chaos_outcomes([clean], "myqueue.py", "x")
+    claim_ack_reap._missed_known_holes(outcomes, results)
+    by = {o.name: o for o in outcomes}
+    assert by["chaos_nothing_lost"].points == 0
+    assert "killed_between_replies" in by["chaos_nothing_lost"].message
+    assert all(by[n].ok for n in by if n != "chaos_nothing_lost"), by
+    results["poison_to_dlq_with_reason"] = {"ok": False,
+                                            "witnessed": ["over_delivered"]}
+    claim_ack_reap._missed_known_holes(outcomes, results)
+    assert not by["chaos_dead_have_reasons"].ok and by["chaos_applied_once"].ok

@@ -251,6 +251,32 @@ def _chaos_outcomes(reports: list[dict], shown_path: str, real_path: str) -> tup
     return out, invariants, replay
 
 
+def _missed_known_holes(chaos_out: list, results: dict) -> None:
+    """Fail a passed chaos check whose invariant a contract check broke outright.
+
+    A chaos run is a search for a counterexample, with its faults drawn at
+    random: a queue with a hole may come through one run and not the next, and
+    a grade that depends on that luck differs between two gradings of one
+    notebook. Where a contract check's own schedule already showed the
+    invariant broken (its `witnessed`), the chaos check fails the same way
+    every time.
+    """
+    for o in chaos_out:
+        if not o.ok:
+            continue
+        for name, res in results.items():
+            seen = [i for i in res.get("witnessed", ()) if i in INVARIANTS[o.name]]
+            if res.get("ok") is False and seen:
+                o.ok = False
+                o.message = (f"{name} (above) broke invariant {seen[0]} "
+                             f"({MEANS.get(seen[0], seen[0])}) outright; this "
+                             "chaos run's faults happened to miss that hole, "
+                             "and a run that misses a known hole proves nothing")
+                o.expected, o.got = "no hole the contract checks showed", name
+                o.witnesses, o.timelines = [], []
+                break
+
+
 def _gate_first(path: str, redis_url: str, groups: list[list[str]],
                 seeds: tuple[int, ...], quick: bool) -> tuple:
     """Enqueue and claim first, so their verdict is told first; then (grade
@@ -342,6 +368,7 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
                 o.message = skipped
         return Evaluation(outcomes + not_run(CHAOS_CHECKS, skipped), problems)
     chaos_out, invariants, replay = _chaos_outcomes(reports, shown_path, path)
+    _missed_known_holes(chaos_out, {**gate, **rest})
     if "error" in cost:       # a problem only where no check explains it
         if all(o.ok for o in outcomes + chaos_out):
             problems.append(cost["error"].replace(path, shown_path))

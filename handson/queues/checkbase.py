@@ -7,7 +7,7 @@ checks (`interleave`) registers its own here too, so one registry serves both.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from handson.redis_server import connect
 
@@ -22,6 +22,10 @@ class CheckResult:
     got: str
     hint: str = ""
     timeline: dict | None = None      # a failing schedule, drawn by the grader
+    # The chaos run's invariants (`handson.faults.judge`) this failure showed
+    # broken outright: the grader then fails their chaos checks too, since a
+    # chaos run that missed the same hole only had luck.
+    witnessed: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         mark = "PASS" if self.ok else "FAIL"
@@ -33,17 +37,21 @@ class CheckResult:
 
 
 class _Failed(Exception):
-    def __init__(self, got: str, hint: str, blame: str = ""):
+    def __init__(self, got: str, hint: str, blame: str = "",
+                 witnessed: tuple[str, ...] = ()):
         super().__init__(got)
         self.got, self.hint, self.blame = got, hint, blame
+        self.witnessed = list(witnessed)
         self.timeline: dict | None = None     # the failing schedule, to draw
 
 
-def _need(condition: bool, got: str, hint: str, blame: str = "") -> None:
+def _need(condition: bool, got: str, hint: str, blame: str = "",
+          witnessed: tuple[str, ...] = ()) -> None:
     """`blame`: which step of a drawn schedule broke the rule ("rival": the
-    other client's; by default the stopped call's)."""
+    other client's; by default the stopped call's). `witnessed`: the chaos
+    invariants that `got` shows broken (see CheckResult)."""
     if not condition:
-        raise _Failed(got, hint, blame)
+        raise _Failed(got, hint, blame, witnessed)
 
 
 @dataclass

@@ -231,7 +231,7 @@ def _zombie_ack(q, r, url):
     _need(not late, f"a zombie (attempt {first[2]}) acked after attempt {second[2]} "
           "claimed the job and ack returned True",
           "compare the caller's attempt with the job's current attempt inside the "
-          "script (the fencing token)")
+          "script (the fencing token)", witnessed=("stale_ack_accepted",))
     _own_ack_after_fail(q, r)
     _own_ack_after_ack(q, r)
     return ("both zombie acks returned False; so did an ack after the attempt's "
@@ -294,7 +294,8 @@ def _zombie_fail(q, r, url):
     res = q.fail(r, "job-z", old, "zombie says boom")
     _need(not res, f"a zombie (attempt {old}) failed the job held by attempt {new} "
           "and fail returned True",
-          "compare the caller's attempt with the job's current one inside the script")
+          "compare the caller's attempt with the job's current one inside the script",
+          witnessed=("stale_ack_accepted",))
     reaped = tuple(q.reap(r, 1))
     _need(reaped == (0, 0), f"after the zombie's fail, reap returned {reaped}",
           "a refused fail must not expire the owner's lease")
@@ -515,6 +516,20 @@ def _reaper_clocks(q, r, url) -> None:
           SERVER_CLOCK_HINT)
 
 
+def _handed_again(q, r, max_attempts: int) -> tuple[str, tuple[str, ...]]:
+    """What claims hand out after reapers put one expiry back more than once:
+    the same job to several holders at once, and more claims than attempts."""
+    jobs = _claim_all(q, r, 30)
+    copies = Counter(j[0] for j in jobs)
+    job, most = copies.most_common(1)[0] if copies else ("", 0)
+    if most < 2:
+        return "", ()
+    seen = ("handed_out_twice",) + (("over_delivered",)
+                                    if 1 + most > max_attempts else ())
+    return (f"; claims (30 s leases) then handed {job} out {most} times at once, "
+            f"{1 + most} claims in all with max_attempts={max_attempts}"), seen
+
+
 @_check("reap_atomic_concurrent",
         "8 reapers at once on 200 expired leases requeue each job once, then bury "
         "each once", timeout=40)
@@ -536,15 +551,18 @@ def _reap_concurrent(q, r, url):
         got = (f"round {rnd + 1} (max_attempts={max_attempts}): {k} concurrent "
                f"reapers reported requeued={requeued}, dead={dead_n} for {n} "
                "expired jobs")
+        seen: tuple[str, ...] = ()
         if requeued + dead_n > n:
             hint = ("find and move the expired leases in ONE script, so two "
                     "reapers can never both see the same job")
+            more, seen = _handed_again(q, r, max_attempts)
+            got += more
         elif requeued + dead_n == n:
             hint = ("after two claims every job has used 2 attempts (an expired "
                     "lease counts as one), so with max_attempts=2 bury them all")
         else:
             hint = "every expired lease must be reaped by one of the reapers"
-        _need((requeued, dead_n) == expect, got, hint)
+        _need((requeued, dead_n) == expect, got, hint, witnessed=seen)
     again = _claim_all(q, r, 30)
     _need(not again, f"{len(again)} jobs were still pending after all were buried",
           "a job moved to the DLQ must not also be requeued")
@@ -670,7 +688,8 @@ def _claims_survive_kills(q, r, url, n: int = 400, workers: int = 1,
     _need(not lost, f"after {landed} SIGKILLs of claiming workers, {len(lost)} of {n} "
           f"jobs were gone (neither pending nor in flight), e.g. {lost[:3]}",
           "a worker killed between the pop and recording the lease loses the job: "
-          "pop, count the attempt and record the lease in ONE script")
+          "pop, count the attempt and record the lease in ONE script",
+          witnessed=("lost",))
     # Fewer kills would prove less than the message above says.
     why = (f"a claimer (restarted, {n - claimed()} or more jobs pending) claimed "
            f"nothing for {STILL_S:g} s" if still else
@@ -718,7 +737,7 @@ def _claim_concurrent(q, r, url):
     twice = sorted(i for i, c in counts.items() if c > 1)
     _need(not twice, f"{len(twice)} jobs claimed twice, e.g. {twice[:3]}",
           "pop and record the lease in ONE script so two claimers cannot take the "
-          "same job")
+          "same job", witnessed=("handed_out_twice",))
     _need(len(counts) == n, f"{len(counts)} of {n} jobs claimed", "")
     _need(all(j[2] == 1 for j in jobs) and all(j[1] == {"doc_id": int(j[0][4:])}
                                                for j in jobs),
@@ -749,7 +768,8 @@ def _poison(q, r, url):
     left = q.claim(r, 30)
     _need(left is None, f"after 3 attempts the job came back: {left!r}",
           "at attempts >= max_attempts reap must move the job to the DLQ, also "
-          "when its lease just expired (no fail: the worker died)")
+          "when its lease just expired (no fail: the worker died)",
+          witnessed=("over_delivered",))
     dead = {d[0]: tuple(d) for d in q.dead(r)}
     _need("poison" in dead, f"dead() = {sorted(dead.values())}",
           "count an attempt whose lease expired (worker died) as used, or a poison "
@@ -845,7 +865,7 @@ def _child(conn, name: str, spec: str, url: str, parent: int) -> None:
         result = CheckResult(name, True, check.expected, str(got), "")
     except _Failed as err:
         result = CheckResult(name, False, check.expected, err.got, err.hint,
-                             err.timeline)
+                             err.timeline, err.witnessed)
     except ContractError as err:
         result = CheckResult(name, False, check.expected, str(err),
                              "fix the module so it imports and has all seven "

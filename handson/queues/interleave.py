@@ -304,7 +304,8 @@ def _fenced(s: Scene, fn: str, args) -> int:
               blame="rival")
         if fn != "fail":
             _need(not run.result, f"{scene}; then {said} although attempt "
-                  f"{new[2]} holds the job: a zombie was accepted", ATOMIC_HINT)
+                  f"{new[2]} holds the job: a zombie was accepted", ATOMIC_HINT,
+                  witnessed=(f"stale_{fn}_accepted",))
         live = tuple(s.q.reap(s.b, 10))
         _need(live == (0, 0), f"{scene}; then {said}, and a reap took attempt "
               f"{new[2]}'s 30 s lease (reap returned {live}): {fn}'s later round "
@@ -362,7 +363,9 @@ def _reap_twice(s: Scene) -> int:
               and set(counts.values()) == {1},
               f"{scene}, and claims then got {dict(sorted(counts.items()))}",
               "find and move the expired leases in ONE round trip (a script), "
-              "so two reapers can never both move one job")
+              "so two reapers can never both move one job",
+              witnessed=("handed_out_twice",) if max(counts.values(), default=0) > 1
+              else ())
 
     return _each_reply(s.host, "reap", setup, call, rival, judge, "pause")
 
@@ -393,7 +396,7 @@ def _claim_twice(s: Scene) -> int:
         mine = tuple(mine)
         _need(theirs is not None and mine[0] != theirs[0],
               f"{scene}; then claim returned {mine!r}: one job, two owners",
-              ATOMIC_HINT)
+              ATOMIC_HINT, witnessed=("handed_out_twice",))
         _need(mine[2] == 1 and theirs[2] == 1, f"{scene}; then claim returned "
               f"{mine!r}", "each job's first claim is attempt 1")
         for job in (mine, theirs):
@@ -451,7 +454,8 @@ def _claim_killed(s: Scene) -> int:
             _need(len(rv["left"]) == 1 and rv["left"][0][2] > old,
                   f"{scene} and claims got {rv['left']}: the job was lost",
                   "pop, count the attempt and record the lease in ONE round "
-                  "trip: a worker killed between them takes the job with it")
+                  "trip: a worker killed between them takes the job with it",
+                  witnessed=("lost",))
             return
         _need(rv["reap"] == (0, 1), f"{scene}: the killed claim held the job "
               f"but its attempt ({old + 1}) was not counted",
@@ -507,7 +511,8 @@ def _reap_killed(s: Scene) -> int:
               f"got {[(j[0], j[2]) for j in left]}"
               + (f": {', '.join(lost)} lost" if lost else ""),
               "take the lease and requeue (or bury) the job in ONE round trip: a "
-              "reaper killed between them loses the job")
+              "reaper killed between them loses the job",
+              witnessed=("lost",) if lost else ())
 
     return _each_reply(s.host, "reap", setup, call, rival, judge, "kill")
 
