@@ -325,7 +325,7 @@ def test_a_stopped_ack_names_its_schedule_the_same_way_every_run(redis_url):
     assert "attempt 2 holds the job" in first.got
     assert "ONE round trip" in first.hint and "WATCH/MULTI" in first.hint
     assert first.timeline == second.timeline
-    assert first.witnessed == ["stale_ack_accepted"]
+    assert first.witnessed == []     # chaos counts no ack overtaken mid-call
     _drawn_as_run(first, "ack", "stop")
 
 
@@ -529,3 +529,16 @@ def test_a_check_stopped_at_its_limit_leaves_no_claimer_behind(tmp_path, redis_u
     left = [pid for pid in pids if psutil.pid_exists(pid)
             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert not left, left
+
+
+def test_only_a_hole_the_chaos_run_can_reach_is_witnessed(redis_url):
+    """A failed job's comeback is no chaos invariant (the graded run's workers
+    never call fail: each poison document kills its worker); an expired job
+    claimed past max_attempts is one."""
+    names = ["poison_to_dlq_with_reason"]
+    [by_fail] = run_checks(str(QUEUES / "fail_requeues_extend_zadd.py"), redis_url,
+                           names)
+    [by_reap] = run_checks(str(QUEUES / "poison_never_counts.py"), redis_url, names)
+    assert not by_fail.ok and "'bad'" in by_fail.got and by_fail.witnessed == []
+    assert not by_reap.ok and "'poison'" in by_reap.got, by_reap.got
+    assert by_reap.witnessed == ["over_delivered"]

@@ -294,8 +294,9 @@ def _zombie_fail(q, r, url):
     res = q.fail(r, "job-z", old, "zombie says boom")
     _need(not res, f"a zombie (attempt {old}) failed the job held by attempt {new} "
           "and fail returned True",
-          "compare the caller's attempt with the job's current one inside the script",
-          witnessed=("stale_ack_accepted",))
+          "compare the caller's attempt with the job's current one inside the script")
+    # No `witnessed`: the graded chaos run never calls fail() (a poison
+    # document kills its worker every time, crash point "on-poison:1").
     reaped = tuple(q.reap(r, 1))
     _need(reaped == (0, 0), f"after the zombie's fail, reap returned {reaped}",
           "a refused fail must not expire the owner's lease")
@@ -519,15 +520,19 @@ def _reaper_clocks(q, r, url) -> None:
 def _handed_again(q, r, max_attempts: int) -> tuple[str, tuple[str, ...]]:
     """What claims hand out after reapers put one expiry back more than once:
     the same job to several holders at once, and more claims than attempts."""
-    jobs = _claim_all(q, r, 30)
-    copies = Counter(j[0] for j in jobs)
+    try:
+        jobs = _claim_all(q, r, 30, limit=2_000)
+        copies = Counter(j[0] for j in jobs)
+    except Exception:       # a claim that raises or returns junk: show nothing
+        return "", ()
     job, most = copies.most_common(1)[0] if copies else ("", 0)
     if most < 2:
         return "", ()
     seen = ("handed_out_twice",) + (("over_delivered",)
                                     if 1 + most > max_attempts else ())
-    return (f"; claims (30 s leases) then handed {job} out {most} times at once, "
-            f"{1 + most} claims in all with max_attempts={max_attempts}"), seen
+    said = (f"; claims (30 s leases) then handed {str(job)[:80]} out {most} times "
+            f"at once, {1 + most} claims in all with max_attempts={max_attempts}")
+    return said, seen
 
 
 @_check("reap_atomic_concurrent",
@@ -735,9 +740,17 @@ def _claim_concurrent(q, r, url):
     jobs = [j for part in results for j in part]
     counts = Counter(j[0] for j in jobs)
     twice = sorted(i for i, c in counts.items() if c > 1)
-    _need(not twice, f"{len(twice)} jobs claimed twice, e.g. {twice[:3]}",
+    gone, lost = "", ()
+    if twice:                   # the claim's gaps may lose jobs as well: say so
+        r.flushdb()
+        try:
+            _claims_survive_kills(q, r, url)
+        except _Failed as err:
+            if err.witnessed:
+                gone, lost = f"; and {err.got}", tuple(err.witnessed)
+    _need(not twice, f"{len(twice)} jobs claimed twice, e.g. {twice[:3]}{gone}",
           "pop and record the lease in ONE script so two claimers cannot take the "
-          "same job", witnessed=("handed_out_twice",))
+          "same job", witnessed=("handed_out_twice", *lost))
     _need(len(counts) == n, f"{len(counts)} of {n} jobs claimed", "")
     _need(all(j[2] == 1 for j in jobs) and all(j[1] == {"doc_id": int(j[0][4:])}
                                                for j in jobs),
@@ -766,10 +779,13 @@ def _poison(q, r, url):
         time.sleep(PAST)
         q.reap(r, 3)
     left = q.claim(r, 30)
+    # Only the expired job's comeback is one the chaos run can reach: its
+    # workers never call fail() ("on-poison:1" kills them first).
     _need(left is None, f"after 3 attempts the job came back: {left!r}",
           "at attempts >= max_attempts reap must move the job to the DLQ, also "
           "when its lease just expired (no fail: the worker died)",
-          witnessed=("over_delivered",))
+          witnessed=("over_delivered",) if left is not None
+          and tuple(left)[0] == "poison" else ())
     dead = {d[0]: tuple(d) for d in q.dead(r)}
     _need("poison" in dead, f"dead() = {sorted(dead.values())}",
           "count an attempt whose lease expired (worker died) as used, or a poison "

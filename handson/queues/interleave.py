@@ -303,9 +303,11 @@ def _fenced(s: Scene, fn: str, args) -> int:
               f"not above {old}", "count the attempt in the claim's one step",
               blame="rival")
         if fn != "fail":
+            # No `witnessed`: the chaos judge counts an ack stale only when
+            # the newer claim returned before the ack was sent, never one
+            # overtaken mid-call as here.
             _need(not run.result, f"{scene}; then {said} although attempt "
-                  f"{new[2]} holds the job: a zombie was accepted", ATOMIC_HINT,
-                  witnessed=(f"stale_{fn}_accepted",))
+                  f"{new[2]} holds the job: a zombie was accepted", ATOMIC_HINT)
         live = tuple(s.q.reap(s.b, 10))
         _need(live == (0, 0), f"{scene}; then {said}, and a reap took attempt "
               f"{new[2]}'s 30 s lease (reap returned {live}): {fn}'s later round "
@@ -394,7 +396,12 @@ def _claim_twice(s: Scene) -> int:
               "when an optimistic transaction (WATCH/MULTI) is refused, try "
               "again instead of giving up")
         mine = tuple(mine)
-        _need(theirs is not None and mine[0] != theirs[0],
+        _need(theirs is not None, f"{scene}; then claim returned {mine!r}: the "
+              "other client got nothing with 2 jobs pending",
+              "claim returns None only when nothing is pending: a claim that "
+              "waits for another (a lock) must not give up while jobs wait",
+              blame="rival")
+        _need(mine[0] != theirs[0],
               f"{scene}; then claim returned {mine!r}: one job, two owners",
               ATOMIC_HINT, witnessed=("handed_out_twice",))
         _need(mine[2] == 1 and theirs[2] == 1, f"{scene}; then claim returned "
@@ -452,10 +459,12 @@ def _claim_killed(s: Scene) -> int:
                  f"then returned {rv['reap']}")
         if rv["reap"] == (0, 0):
             _need(len(rv["left"]) == 1 and rv["left"][0][2] > old,
-                  f"{scene} and claims got {rv['left']}: the job was lost",
+                  f"{scene} and claims got {rv['left']}: the job was lost, or "
+                  "cannot be claimed",
                   "pop, count the attempt and record the lease in ONE round "
-                  "trip: a worker killed between them takes the job with it",
-                  witnessed=("lost",))
+                  "trip: a worker killed between them takes the job with it")
+            # No `witnessed`: an unclaimable job (a lock the dead claim held)
+            # comes back later; claim_atomic_concurrent drains and names loss.
             return
         _need(rv["reap"] == (0, 1), f"{scene}: the killed claim held the job "
               f"but its attempt ({old + 1}) was not counted",
