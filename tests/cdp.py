@@ -158,6 +158,27 @@ class Chromium:
             self.send("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1],
                       button="left", clickCount=1)
 
+    def click_into(self, selector: str, timeout: float = 10.0) -> None:
+        """Click until the element has the keyboard focus.
+
+        A busy page can still scroll between the hit test and the press (after
+        a cell is deleted JupyterLab scrolls its notebook late), and the keys
+        typed next would go to whatever the click hit instead.
+        """
+        focused = (f"document.activeElement === "
+                   f"document.querySelector({json.dumps(selector)})")
+        deadline = time.monotonic() + timeout
+        while True:
+            self.click(selector, timeout)
+            settle = time.monotonic() + 0.5
+            while time.monotonic() < settle:
+                if self.js(focused):
+                    return
+                time.sleep(0.05)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{selector} did not take the focus when "
+                                     f"clicked for {timeout:g} s")
+
     def type(self, text: str) -> None:
         """Real key presses into whatever has the focus, one character at a time.
 

@@ -370,7 +370,7 @@ def session(b: Chromium, url: str, report: dict, root: Path) -> None:
            "B in command mode to add a cell (the key events reach JupyterLab)")
     b.type("dd")
     b.poll(f"eoLab.cells({ch}).length === {cells}", 10, "D D to delete it again")
-    b.click(json.loads(box))
+    b.click_into(json.loads(box))
     b.type(GUESS)
     shown = b.js(f"document.querySelector({box}).value")
     assert shown == GUESS, f"the box shows {shown!r} after typing {GUESS!r}"
