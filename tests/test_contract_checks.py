@@ -347,6 +347,39 @@ def test_reapers_that_requeue_one_expiry_twice_show_the_double_hand_out(redis_ur
     assert set(res.witnessed) == {"handed_out_twice", "over_delivered"}
 
 
+FORGETS_ACKED = '''
+import sys
+sys.path.insert(0, {folder!r})
+from reap_not_atomic import *
+
+
+def ack(r, job_id, attempt):
+    """Deletes the job's record, as the solution's ack does: a copy put back
+    twice then starts its attempts at 1 again."""
+    return bool(lua(r, HELD + """
+    redis.call('ZREM', KEYS[1], ARGV[1])
+    redis.call('DEL', jk)
+    return 1""", (INFLIGHT, JOB), (job_id, attempt)))
+'''
+
+
+def test_a_double_requeue_of_a_job_acked_then_forgotten_lets_its_zombie_ack(
+        tmp_path, redis_url):
+    """A stale ack the chaos run shows only when a zombie wakes after two
+    reapers, an ack and a claim of the copy: the interleaving that put the job
+    back twice, played once more, shows it on every run, and only where the
+    queue forgets the acked job (the corpus's keeps it, marked done)."""
+    forgets = tmp_path / "forgets_acked.py"
+    forgets.write_text(FORGETS_ACKED.format(folder=str(QUEUES)))
+    [res] = run_checks(str(forgets), redis_url, ["interleavings"])
+    assert not res.ok and re.search(r"attempt 1's late ack of job-\d returned True",
+                                    res.got), res.got
+    assert set(res.witnessed) == {"handed_out_twice", "stale_ack_accepted"}
+    [res] = run_checks(str(QUEUES / "reap_not_atomic.py"), redis_url,
+                       ["interleavings"])
+    assert not res.ok and res.witnessed == ["handed_out_twice"], res.got
+
+
 def _drawn_as_run(res, fn: str, held: str) -> None:
     """The failing schedule's picture: the call's replies up to the stop (or
     kill) the failure names, then the other client's calls as the failure
@@ -532,9 +565,10 @@ def test_a_check_stopped_at_its_limit_leaves_no_claimer_behind(tmp_path, redis_u
 
 
 def test_only_a_hole_the_chaos_run_can_reach_is_witnessed(redis_url):
-    """A failed job's comeback is no chaos invariant (the graded run's workers
-    never call fail: each poison document kills its worker); an expired job
-    claimed past max_attempts is one."""
+    """A failed job's comeback is no chaos invariant the graded run surely
+    reaches (its workers call fail only for a payload they cannot read: each
+    poison document kills its worker); an expired job claimed past
+    max_attempts is one."""
     names = ["poison_to_dlq_with_reason"]
     [by_fail] = run_checks(str(QUEUES / "fail_requeues_extend_zadd.py"), redis_url,
                            names)

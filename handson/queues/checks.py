@@ -295,8 +295,9 @@ def _zombie_fail(q, r, url):
     _need(not res, f"a zombie (attempt {old}) failed the job held by attempt {new} "
           "and fail returned True",
           "compare the caller's attempt with the job's current one inside the script")
-    # No `witnessed`: the graded chaos run never calls fail() (a poison
-    # document kills its worker every time, crash point "on-poison:1").
+    # No `witnessed`: the graded chaos run calls fail() only for a payload a
+    # worker cannot read (a poison document kills its worker first, crash
+    # point "on-poison:1"), which only some wrong queues hand out.
     reaped = tuple(q.reap(r, 1))
     _need(reaped == (0, 0), f"after the zombie's fail, reap returned {reaped}",
           "a refused fail must not expire the owner's lease")
@@ -779,8 +780,9 @@ def _poison(q, r, url):
         time.sleep(PAST)
         q.reap(r, 3)
     left = q.claim(r, 30)
-    # Only the expired job's comeback is one the chaos run can reach: its
-    # workers never call fail() ("on-poison:1" kills them first).
+    # Only the expired job's comeback is one the chaos run surely reaches: its
+    # workers call fail() only for a payload they cannot read ("on-poison:1"
+    # kills them first on a poison document).
     _need(left is None, f"after 3 attempts the job came back: {left!r}",
           "at attempts >= max_attempts reap must move the job to the DLQ, also "
           "when its lease just expired (no fail: the worker died)",

@@ -128,8 +128,13 @@ def reap(r, max_attempts=3):
         # in most runs (a job handed out twice, or int(None) raised by a job
         # acked between two of reap's round trips), but one run in a loaded
         # suite saw no such race, so it is not asserted here.
+        # Its ack deletes the job: the copy a second reaper put back is then
+        # claimed as attempt 1 again, and the first attempt's zombie acks it.
+        # The chaos run sees that stale ack now and then; interleavings plays
+        # it on every run, so the chaos check fails every time.
         loses={"reap_atomic_concurrent": "ONE script",
-               "interleavings": ""},
+               "interleavings": "a zombie was taken for the owner",
+               "chaos_no_stale_ack": ""},
         keeps=["zombie_ack_refused", "claim_atomic_concurrent"]),
     "a2_syntax_error": dict(
         assignment="claim_ack_reap",
