@@ -55,9 +55,14 @@ def record(url: str, seeds: tuple[int, ...] = (1, 2, 3, 4), job_s: float = 0.6,
         # run going until it has one: built, not a race between a pause and
         # the end of a short backlog on a loaded machine. The new holder waits
         # up to 3 s for the zombie's answer: on a busy machine a zombie woken
-        # for half a lease may not have run at all (no refusal to draw).
+        # for half a lease may not have run at all (no refusal to draw). A
+        # zombie pause ends when its job is claimed again, so its cap only
+        # matters when the other worker is slow to get there: at 20 leases
+        # (6 s) a loaded machine let the pause end first in 3 runs of 50,
+        # the zombie took its own job back, and the run tried for a minute
+        # more; at 100 leases, none in 50.
         cfg = ChaosConfig(docs=4, workers=2, iters=iters, lease_s=lease_s,
-                          kill_every=0, pause_every_claims=2, pause_s=20 * lease_s,
+                          kill_every=0, pause_every_claims=2, pause_s=100 * lease_s,
                           zombie_pauses=True, min_zombies=1, hold_s=3.0, seed=seed)
         with tempfile.TemporaryDirectory(prefix="eo-lease-") as work:
             rep = chaos_run(cfg, redis_url=url, workdir=work)
