@@ -19,7 +19,6 @@ import pytest
 from test_redis_server import _as_in_a_terminal
 
 from handson import chaos, redis_server
-from handson.breakit import iters_for
 from handson.faults import timeline
 from handson.faults.engine import ChaosConfig, replay_command, run
 from handson.queues.contract import load_queue
@@ -56,13 +55,13 @@ def test_slow_reference_queue_is_valid_under_kill_every_300ms(seed, crashes,
                                                               redis_url):
     """2,000 documents, a SIGKILL every 0.3 s, IDEM=1: nothing lost, nothing twice.
 
-    Each document's hashing is sized to this machine (3 ms), so the run spans
-    several kills however fast the workers start; fixed rounds made a run of
-    four kills once the forked workers got quicker, and so did 2 ms once their
-    starts got cheaper still.
+    Each document lasts 6 ms, most of it asleep (`work_s`), so the run spans
+    several kills however fast the machine or the workers' starts: fixed hash
+    rounds once made a run of four kills, and hashing sized to the machine
+    burnt 6 CPU-seconds a run that this test does not need.
     """
     report = _run(ChaosConfig(docs=2000, workers=4, kill_every=0.3, seed=seed,
-                              iters=iters_for(0.003), **crashes), redis_url)
+                              iters=200, work_s=0.006, **crashes), redis_url)
     assert report.verdict == "valid", report.text()
     assert report.exit_code == 0
     s = report.stats
@@ -77,7 +76,8 @@ def test_slow_reference_queue_is_valid_under_kill_every_300ms(seed, crashes,
 def test_naive_sink_with_ack_delay_reports_duplicates_with_witnesses(redis_url):
     """IDEM=0, ACK_DELAY=0.01; kills in the commit-to-ack window made certain."""
     cfg = ChaosConfig(docs=2000, workers=4, kill_every=0.3, seed=4, idem=False,
-                      ack_delay=0.01, crash_points=("after-commit",), crash_p=0.003)
+                      ack_delay=0.01, crash_points=("after-commit",), crash_p=0.003,
+                      iters=200)
     report = _run(cfg, redis_url)
     twice = report.invariants["applied_twice"]
     assert report.verdict == "invalid" and report.exit_code == 1
@@ -199,7 +199,7 @@ def test_queue_that_cannot_load_is_unknown_not_a_pass(redis_url, tmp_path):
 
 
 def test_run_that_does_not_drain_in_time_is_unknown(redis_url):
-    cfg = ChaosConfig(docs=40, workers=1, kill_every=0, iters=3_000_000,
+    cfg = ChaosConfig(docs=40, workers=1, kill_every=0, iters=200, work_s=3.0,
                       drain_timeout_s=2.0)
     report = _run(cfg, redis_url)
     assert report.verdict == "unknown" and report.exit_code == 2, report.text()

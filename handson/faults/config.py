@@ -26,6 +26,11 @@ class ChaosConfig:
     crash_points: tuple[str, ...] = ()
     crash_p: float = 0.0
     iters: int = 2000
+    # Each job also lasts at least this long, sleeping out what its hashing
+    # left (handson/work.py's WORK_MIN_S): for runs that need jobs of a
+    # length but not the CPU they would burn, such as a correct queue under
+    # kills. The graded run keeps computed work (a loaded machine slows it).
+    work_s: float = 0.0
     poison_every: int = 1000
     heartbeat: bool = True
     ack_before_work: bool = False

@@ -51,7 +51,8 @@ class Pool:
                points: tuple[str, ...] | None = None) -> subprocess.Popen:
         cfg = self.cfg
         env = dict(os.environ, REDIS_URL=self.url, IDEM="1" if cfg.idem else "0",
-                   ACK_DELAY=str(cfg.ack_delay), ITERS=str(cfg.iters))
+                   ACK_DELAY=str(cfg.ack_delay), ITERS=str(cfg.iters),
+                   WORK_MIN_S=str(cfg.work_s))
         for k in ("CRASH_POINT", "CRASH_P", "CRASH_SEED", SKEW_ENV):
             env.pop(k, None)
         if skew:
