@@ -675,3 +675,36 @@ def test_a_reaped_worker_s_pid_given_to_a_new_one_is_read_again(tmp_path):
     log("b")
     tally.update()
     assert tally.claims == 3 and tally.job_of(100) == "b"
+
+
+def test_a_worker_that_took_its_own_job_back_is_paused_as_a_zombie(tmp_path):
+    """A worker whose lease ran out may claim its own job again (a new
+    attempt); a zombie pause of it then holds that attempt. Ends were once
+    kept per job, so the end of its first attempt struck every such pause off
+    at once (and the next tick paused it again), and no zombie came of it."""
+    from handson.faults.inject import Faults
+    from handson.faults.logs import _Tally
+
+    def log(ev, attempt, t):
+        with open(tmp_path / "100.jsonl", "a") as f:
+            f.write(json.dumps({"ev": ev, "job": "doc-1", "attempt": attempt,
+                                "pid": 100, "t": t}) + "\n")
+
+    log("claim", 1, 10)
+    log("abandoned", 1, 20)
+    log("claim", 2, 30)
+    faults = object.__new__(Faults)
+    faults.cfg = ChaosConfig(zombie_pauses=True, pause_every_claims=2, workers=2)
+    faults.tally = _Tally(tmp_path)
+    faults.tally.update()
+    faults.procs = [type("P", (), {"pid": 100})(), type("P", (), {"pid": 200})()]
+    faults.zombies, faults.holds, faults.pauses = {0: (100, "doc-1", 2, 40)}, {}, [
+        (40, 100, 6.0)]
+    faults.paused, faults.owed_pauses, faults.zombies_made = {0: 1e9}, 0, 0
+    faults._signal = lambda p, sig: None
+    faults._tend_pauses(now=0.0)
+    assert faults.paused == {0: 1e9} and faults.owed_pauses == 0, "still paused"
+    log("ack", 2, 35)                     # its attempt 2 had ended: struck off
+    faults.tally.update()
+    faults._tend_pauses(now=0.0)
+    assert faults.paused == {} and faults.owed_pauses == 1

@@ -44,10 +44,10 @@ class Faults(Pool):
         self.pauses: list[tuple[int, int, float]] = []  # (t_ns, pid, seconds)
         self.paused: dict[int, float] = {}           # slot -> resume at
         # slot -> (pid, job, attempt, t_ns): paused holding a job, waiting for
-        # it to be claimed again; slot -> (zombie pid, job): a new holder
-        # stopped until the zombie has answered for the job.
+        # it to be claimed again; slot -> (zombie pid, job, attempt): a new
+        # holder stopped until the zombie has answered for the job.
         self.zombies: dict[int, tuple[int, str, int, int]] = {}
-        self.holds: dict[int, tuple[int, str]] = {}
+        self.holds: dict[int, tuple[int, str, int]] = {}
         self.zombies_made = 0
         # Zombie pauses struck off (the worker had just ended its job): each is
         # tried again at the next tick, not at the schedule's next due point.
@@ -211,8 +211,8 @@ class Faults(Pool):
         SIGSTOP made no zombie: it ends at once and is not counted.
         """
         slot_of = {p.pid: i for i, p in enumerate(self.procs) if p is not None}
-        for slot, (zpid, job) in list(self.holds.items()):
-            if ((zpid, job) in self.tally.ended or zpid not in slot_of
+        for slot, zombie in list(self.holds.items()):
+            if (zombie in self.tally.ended or zombie[0] not in slot_of
                     or now >= self.paused[slot]):
                 self._resume(slot)
         for slot, until in list(self.paused.items()):
@@ -221,7 +221,7 @@ class Faults(Pool):
             z = self.zombies.get(slot)
             if z is not None:
                 pid, job, attempt, t_ns = z
-                if self.tally.ended.get((pid, job), t_ns + 1) <= t_ns:
+                if self.tally.ended.get((pid, job, attempt), t_ns + 1) <= t_ns:
                     self.pauses = [x for x in self.pauses if x[:2] != (t_ns, pid)]
                     self.zombies.pop(slot)
                     self.owed_pauses += 1
@@ -236,7 +236,7 @@ class Faults(Pool):
                             and self.tally.job_of(holder) == job):
                         self._signal(self.procs[h], signal.SIGSTOP)
                         self.paused[h] = now + (self.cfg.hold_s or self.cfg.lease_s / 2)
-                        self.holds[h] = (pid, job)
+                        self.holds[h] = (pid, job, attempt)
                         self.zombies_made += 1
                     self._resume(slot)
                     continue
@@ -253,7 +253,7 @@ class Faults(Pool):
     def _running(self) -> list[int]:
         """Slots to fault: paused ones are skipped (a kill too: its lease ran
         out long ago), and so is a zombie answering for its job."""
-        answering = {zpid for zpid, _ in self.holds.values()}
+        answering = {zpid for zpid, *_ in self.holds.values()}
         return [i for i in range(self.cfg.workers) if i not in self.paused
                 and self.procs[i].pid not in answering]
 

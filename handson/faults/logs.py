@@ -34,7 +34,9 @@ class _Tally:
         self.reaped_by: Counter = Counter()          # pid -> leases it reaped
         self.holding: dict[int, tuple[str, int] | None] = {}  # pid -> (job, attempt)
         self.claims_of: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        self.ended: dict[tuple[int, str], int] = {}   # (pid, job) -> t it answered
+        # (pid, job, attempt) -> t it answered: per attempt, as a worker may
+        # take its own job back after its lease ran out
+        self.ended: dict[tuple[int, str, int], int] = {}
         self.acked: set[str] = set()                 # jobs with an accepted ack
         # job -> t of its latest claim, of its latest ack/fail/abandon
         self.last_claim: dict[str, int] = {}
@@ -87,7 +89,8 @@ class _Tally:
                         with contextlib.suppress(ValueError, KeyError):
                             e = json.loads(line)
                             if e["ev"] in _JOB_DONE:
-                                self.ended[(pid, str(e["job"]))] = e["t"]
+                                self.ended[pid, str(e["job"]),
+                                           int(e.get("attempt", 0))] = e["t"]
                                 self.last_end[str(e["job"])] = e["t"]
                             if e["ev"] == "ack":
                                 self.acked.add(str(e["job"]))
