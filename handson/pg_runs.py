@@ -414,8 +414,8 @@ class Hung:
     timeout: str                # the worker session's
     #                             idle_in_transaction_session_timeout
     lease_s: float
-    watched_s: float            # from the lock taken to the job back (or the
-    #                             end of the watch)
+    watched_s: float            # from the locking UPDATE sent to the job back
+    #                             (or the end of the watch)
     reaps: int                  # reap calls while watching
     skipped: int                # reaps that found the job's lease expired and
     #                             left it (the row was locked)
@@ -444,9 +444,12 @@ def hung_finish(timeout_s: float | None, lease_s: float = 0.2,
             "SHOW idle_in_transaction_session_timeout").fetchone()[0]
         job_id, _, attempt = worker.execute(pgq._CLAIM, (lease_s,)).fetchone()
         worker.execute("BEGIN")
+        # Timed from before the UPDATE: the server's idle timer starts once it
+        # has answered, a little before the client hears it, and timed from
+        # then a job freed at 500 ms read back at 0.49 s.
+        t0 = time.perf_counter()
         worker.execute(f"UPDATE pgq_jobs SET state = 'done', lease_until = NULL "
                        f"WHERE {pgq._MINE}", (job_id, attempt))
-        t0 = time.perf_counter()            # the lock is held from here on
         reaps = skipped = 0
         back = False
         while (elapsed := time.perf_counter() - t0) < watch_s:
@@ -457,6 +460,7 @@ def hung_finish(timeout_s: float | None, lease_s: float = 0.2,
             reaps += 1
             if requeued:
                 back = True
+                elapsed = time.perf_counter() - t0      # the job is back now
                 break
             skipped += bool(expired)
             time.sleep(every_s)
