@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_redis_server import _as_in_a_terminal
@@ -653,15 +654,20 @@ def test_a_quota_no_reap_can_meet_ends_the_chaos_early(redis_url):
     assert report.stats["elapsed_s"] < 60, report.stats["elapsed_s"]
 
 
+def _log_event(folder, ev: str, job: str, attempt: int, t: int, pid: int = 100):
+    """One line of a worker's event log, as the supervisor reads it."""
+    with open(folder / f"{pid}.jsonl", "a") as f:
+        f.write(json.dumps({"ev": ev, "job": job, "attempt": attempt, "pid": pid,
+                            "t": t}) + "\n")
+
+
 def test_a_reaped_worker_s_pid_given_to_a_new_one_is_read_again(tmp_path):
     """The supervisor skips the logs of reaped workers; pids wrap around, and a
     new worker with an old one's pid writes on in its file."""
     from handson.faults.logs import _Tally
 
     def log(job):
-        with open(tmp_path / "100.jsonl", "a") as f:
-            f.write(json.dumps({"ev": "claim", "job": job, "attempt": 1, "pid": 100,
-                                "t": 0}) + "\n")
+        _log_event(tmp_path, "claim", job, 1, 0)
 
     tally = _Tally(tmp_path)
     log("a")
@@ -686,9 +692,7 @@ def test_a_worker_that_took_its_own_job_back_is_paused_as_a_zombie(tmp_path):
     from handson.faults.logs import _Tally
 
     def log(ev, attempt, t):
-        with open(tmp_path / "100.jsonl", "a") as f:
-            f.write(json.dumps({"ev": ev, "job": "doc-1", "attempt": attempt,
-                                "pid": 100, "t": t}) + "\n")
+        _log_event(tmp_path, ev, "doc-1", attempt, t)
 
     log("claim", 1, 10)
     log("abandoned", 1, 20)
@@ -697,7 +701,7 @@ def test_a_worker_that_took_its_own_job_back_is_paused_as_a_zombie(tmp_path):
     faults.cfg = ChaosConfig(zombie_pauses=True, pause_every_claims=2, workers=2)
     faults.tally = _Tally(tmp_path)
     faults.tally.update()
-    faults.procs = [type("P", (), {"pid": 100})(), type("P", (), {"pid": 200})()]
+    faults.procs = [SimpleNamespace(pid=100), SimpleNamespace(pid=200)]
     faults.zombies, faults.holds, faults.pauses = {0: (100, "doc-1", 2, 40)}, {}, [
         (40, 100, 6.0)]
     faults.paused, faults.owed_pauses, faults.zombies_made = {0: 1e9}, 0, 0
