@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.judges import claim_ack_reap, heartbeats
+from autograder.judges.results import Evaluation
 from autograder.notebooks import notebook
 
 ROOT = notebook.REPO / "tests" / "corpus"
@@ -50,6 +51,7 @@ FILE_KINDS = {"outbox": "outbox_relay", "claims": "idempotent_claims",
               "delivery": "delivery_semantics"}
 MUTANT = "Broken on purpose:"
 SLOW_RUNS = ("chaos", "trial")    # a judge's keyword that leaves its slow run out
+STAGED = "contract"     # and the one that leaves the staged checks out
 BASE = "correct.py"     # what the other modules of an outbox or claims folder import
 REFERENCE = "handson.q"
 # Cheap and most telling first; the slow concurrent ones last.
@@ -164,13 +166,18 @@ def grade_file(name: str, spec: str, mutant: bool, url: str, kind: str) -> Grade
 def _evaluate(evaluate_file, path: str, url: str, mutant: bool):
     """A mutant first without its judge's slow run (pg's chaos run, the
     heartbeat trial), where the judge can leave it out: a staged check that
-    catches it is enough. A mutant every staged check passes, and a correct
-    module, are graded in full."""
-    slow = [p for p in SLOW_RUNS if p in inspect.signature(evaluate_file).parameters]
+    catches it is enough. A mutant every staged check passes gets the slow run
+    alone, where the judge can leave the staged checks out (the heartbeat
+    trial), else a grading in full; so does a correct module."""
+    params = inspect.signature(evaluate_file).parameters
+    slow = [p for p in SLOW_RUNS if p in params]
     if mutant and slow:
         ev = evaluate_file(path, url, quick=False, **{slow[0]: False})
         if not all(o.ok for o in ev.outcomes):
             return ev
+        if STAGED in params:
+            rest = evaluate_file(path, url, quick=False, **{STAGED: False})
+            return Evaluation(ev.outcomes + rest.outcomes, ev.problems + rest.problems)
     return evaluate_file(path, url, quick=False)
 
 
