@@ -38,6 +38,7 @@ from handson import produce, q, redis_server, setup_db
 from handson.bench.run import slope_rate
 from handson.faults.engine import ChaosConfig, Report
 from handson.faults.engine import run as chaos_run
+from handson.infra import warm_start
 
 SIZES = {
     "small": {
@@ -68,29 +69,40 @@ def _log(msg: str) -> None:
 # -- a pool of lab workers ---------------------------------------------------------
 
 class Pool:
-    """n `handson.worker` processes, each in its own process group; stop() ends them."""
+    """n `handson.worker` processes, each in its own process group; stop() ends them.
+
+    Each is a fork of one warm-start server (`handson.infra.warm_start`), as a
+    chaos run's workers are: 24 fresh interpreters spent longer importing
+    redis-py than draining a small run, on the machine being measured."""
 
     def __init__(self, url: str, db: Path, n: int, iters: int,
                  args: tuple[str, ...] = (), env: dict | None = None):
-        self.procs: list[subprocess.Popen] = []
-        self.log = tempfile.TemporaryFile()
+        self.procs: list[subprocess.Popen | warm_start.WarmProcess] = []
+        self.dir = tempfile.TemporaryDirectory(prefix="eo-pool-")
+        self.log = os.path.join(self.dir.name, "workers.log")
+        self.starter = warm_start.Starter(self.dir.name)
         worker_env = {**os.environ, "REDIS_URL": url, "ITERS": str(iters),
                       "IDEM": "1", "ACK_DELAY": "0", **(env or {})}
+        cmd = ["--queue", "handson.q", "--db", str(db), *args]
         for _ in range(n):
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "handson.worker", "--queue", "handson.q",
-                 "--db", str(db), *args],
-                env=worker_env, stdin=subprocess.DEVNULL, stdout=self.log,
-                stderr=self.log, start_new_session=True))
+            p = self.starter.start("handson.worker", cmd, worker_env, self.log,
+                                   pgid=0)
+            if p is None:       # its server is gone: a fresh interpreter
+                with open(self.log, "ab") as log:
+                    p = subprocess.Popen([sys.executable, "-m", "handson.worker",
+                                          *cmd], env=worker_env,
+                                         stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=log, start_new_session=True)
+            self.procs.append(p)
 
     def check(self) -> None:
         """Raise with the workers' output if one exited on its own."""
         for p in self.procs:
             if p.poll() is not None:
-                self.log.seek(0)
-                tail = self.log.read().decode(errors="replace")[-1500:]
+                tail = Path(self.log).read_bytes()[-1500:] if os.path.exists(
+                    self.log) else b""
                 raise RuntimeError(f"worker {p.pid} exited with {p.returncode}:\n"
-                                   f"{tail}")
+                                   f"{tail.decode(errors='replace')}")
 
     def signal(self, sig: int) -> None:
         for p in self.procs:
@@ -111,7 +123,8 @@ class Pool:
                     p.wait(timeout=max(0.05, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     pass
-        self.log.close()
+        self.starter.close()
+        self.dir.cleanup()
 
     def __enter__(self) -> Pool:
         return self
@@ -158,7 +171,7 @@ def drain(r, url: str, db: Path, workers: int, iters: int, n: int,
     samples, before = [], clients(r)
     with Pool(url, db, workers, iters) as pool:
         # Start every worker first, documents second: with 24 workers on a small
-        # machine, starting the Pythons takes longer than the drain itself.
+        # machine, starting them all can take longer than the drain itself.
         # ... and all of them held still while the documents go in, so that 24
         # workers do not drain the queue while it is still being filled.
         wait_connected(r, pool, before + workers)
