@@ -310,6 +310,17 @@ class Worker:
 
     def claimed(self, job, t0: int, via: str) -> None:
         job_id, _payload, attempt = job
+        if type(attempt) is not int or attempt < 1:
+            # The attempt is the fencing token the whole run is judged by (the
+            # supervisor's zombies, the judge's stale acks): one that is not a
+            # positive int (a str, a float, None, True) cannot be compared, and
+            # one int() makes equal to another hides every zombie. Not judged.
+            self.events.log("bad_attempt", job=job_id, call=via,
+                            returned=repr(attempt)[:100])
+            print(f"worker {PID}: {via}() returned attempt {attempt!r} for "
+                  f"{job_id!r}; the attempt must be an int, 1 or more",
+                  file=sys.stderr)
+            sys.exit(2)
         self.events.log("claim", job=job_id, attempt=attempt, t0=t0, via=via)
         self.crashes.maybe("after-claim", job=job_id, attempt=attempt)
 

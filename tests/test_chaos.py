@@ -129,6 +129,7 @@ SHOWS = {
     "stale_extend_accepted": lambda w: "accepted <- STALE" in w,
     "over_delivered": lambda w: w.count("claimed by worker") > 3,
     "handed_out_twice": lambda w: "handed out twice" in w,
+    "attempt_reused": lambda w: "<- REUSED" in w,
 }
 
 
@@ -164,7 +165,8 @@ def _drawn_as_recorded(inv) -> None:
             if m["lane"] != "producer":
                 assert m["lane"] in m["text"]
         flagged = [m for m in tl["marks"] if m["bad"]]
-        if inv.name in ("applied_twice", "stale_ack_accepted", "handed_out_twice"):
+        if inv.name in ("applied_twice", "stale_ack_accepted", "handed_out_twice",
+                        "attempt_reused"):
             assert flagged, tl
             assert tl["sentence"].endswith(": " + flagged[0]["text"])
         picture = timeline.svg(tl)
@@ -196,6 +198,27 @@ def test_queue_that_cannot_load_is_unknown_not_a_pass(redis_url, tmp_path):
     report = run(ChaosConfig(queue=str(bad), docs=10), redis_url=redis_url)
     assert report.verdict == "unknown" and report.exit_code == 2
     assert "syntax error" in report.reason
+    assert all(inv.ok is None for inv in report.invariants.values())
+
+
+@pytest.mark.parametrize("attempt", ["str(n)", "float(n)", "None", "n > 1"])
+def test_an_attempt_that_is_not_a_whole_number_is_unknown_with_why(
+        attempt, redis_url, tmp_path):
+    """The attempt is the token every fence and every verdict compares: a claim
+    that hands out another kind (Redis's string, unconverted; a float, which
+    int() would make equal to its neighbour; a bool) ends the run as unknown,
+    saying so, and never reaches the supervisor or the judge."""
+    queue = tmp_path / "odd_attempt.py"
+    queue.write_text(f"import sys\nsys.path.insert(0, {str(CORPUS)!r})\n"
+                     "from mini_correct import *\nimport mini_correct\n\n\n"
+                     "def claim(r, lease_s):\n"
+                     "    job = mini_correct.claim(r, lease_s)\n"
+                     "    if job is None:\n        return None\n"
+                     "    n = job[2]\n"
+                     f"    return job[0], job[1], {attempt}\n")
+    report = _run(ChaosConfig(queue=str(queue), docs=10, kill_every=0), redis_url)
+    assert report.verdict == "unknown", report.text()
+    assert "the attempt must be an int, 1 or more" in report.reason, report.reason
     assert all(inv.ok is None for inv in report.invariants.values())
 
 

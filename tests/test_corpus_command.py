@@ -33,6 +33,7 @@ CAUGHT_BY = {
     "extend_whole_seconds": "heartbeat_keeps_lease",
     "fail_no_fence": "zombie_fail_refused",
     "ack_after_own_fail": "zombie_ack_refused",
+    "attempt_counts_failures": "zombie_ack_refused",
     "extend_after_own_fail": "zombie_extend_refused",
     "fail_requeues_extend_zadd": "zombie_extend_refused",
     "dead_without_reason": "poison_to_dlq_with_reason",

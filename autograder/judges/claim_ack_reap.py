@@ -67,7 +67,7 @@ INVARIANTS = {"chaos_nothing_lost": ("lost",),
               "chaos_applied_once": ("applied_twice", "unexpected",
                                      "handed_out_twice"),
               "chaos_dead_have_reasons": ("dead_without_reason", "over_delivered"),
-              "chaos_no_stale_ack": ("stale_ack_accepted",)}
+              "chaos_no_stale_ack": ("stale_ack_accepted", "attempt_reused")}
 # claim and enqueue first: if they hang or fail, nothing else can be judged.
 GATE = ("enqueue_idempotent", "claim_returns_payload_and_attempt")
 

@@ -83,7 +83,7 @@ class ChaosConfig:
     # Faults built on purpose rather than at random. With zombie_pauses a
     # paused worker stays stopped until its job has been claimed again, then
     # the new holder is stopped while the zombie acks, so a late ack meets a
-    # newer attempt for certain; a pause ends at pause_s (or 6 leases) anyway.
+    # newer attempt for certain; a pause ends at pause_s (3 leases at least) anyway.
     zombie_pauses: bool = False
     min_zombies: int = 0             # quota: zombies that answered past a new claim
     # How long the new holder may be stopped waiting for the zombie's answer

@@ -47,6 +47,8 @@ INVARIANTS = {
     "over_delivered": "a job claimed more than max_attempts times",
     "handed_out_twice": "a job handed out again while an earlier attempt's "
                         "lease still ran, or after its ack",
+    "attempt_reused": "a job claimed again with an attempt no larger than one "
+                      "an earlier claim had returned",
 }
 WITNESSES = 3          # histories shown per broken invariant
 
@@ -77,6 +79,25 @@ def _poison(job: str, poison_every: int) -> bool:
     """A document the engine enqueued to fail (its worker calls fail())."""
     num = job.removeprefix("doc-")
     return num.isdigit() and "POISON" in produce.doc_text(int(num), poison_every)
+
+
+def reused_claims(evs: list[dict]) -> list[dict]:
+    """The claims among one job's events (in time order) whose attempt is no
+    larger than one an earlier claim had returned before this one began; calls
+    that overlap are not compared. Each claim is read once (bisect over the
+    claims' return times, with the highest attempt so far)."""
+    out, times, highest = [], [], []
+    for e in evs:
+        if e["ev"] != "claim":
+            continue
+        a = e.get("attempt")
+        n = bisect.bisect_left(times, e.get("t0", e["t"]))
+        if type(a) is not int or (n and highest[n - 1] >= a):
+            out.append(e)
+            continue
+        times.append(e["t"])
+        highest.append(max(a, highest[-1] if highest else a))
+    return out
 
 
 class _Judge:
@@ -113,8 +134,8 @@ class _Judge:
         once a worker's ack of it was accepted: it was done, whatever `dead()`
         says (a queue whose effect was lost after its ack could list it there).
         """
-        claimed = {job for job, evs in self.by_job.items()
-                   if any(e["ev"] == "claim" for e in evs)}
+        claimed = {job for job, evs in self.by_job.items()   # or handed out
+                   if any(e["ev"] in ("claim", "bad_attempt") for e in evs)}
         acked = {job for job, evs in self.by_job.items()
                  if any(e["ev"] == "ack" for e in evs)}
         unseen = [j for j in self.dead if j in self.idset and j not in claimed]
@@ -161,6 +182,16 @@ class _Judge:
                         if job not in out:
                             out.append(job)
         return out
+
+    def _attempt_reused(self) -> list[str]:
+        """Jobs claimed with an attempt no larger than one an earlier claim had
+        returned before this claim began (`reused_claims`).
+
+        The attempt is the fencing token: if it does not grow, a zombie's ack
+        looks like its owner's, and neither the zombie pauses (built on a
+        larger attempt) nor the stale-ack count (a larger attempt before the
+        ack) can see a missing fence."""
+        return [job for job, evs in self.by_job.items() if reused_claims(evs)]
 
     def _handed_twice(self) -> list[str]:
         """Jobs claimed again while an earlier attempt's lease surely still ran.
@@ -252,6 +283,7 @@ class _Judge:
             "over_delivered": [j for j, n in deliveries.items()
                                if n > self.cfg.max_attempts],
             "handed_out_twice": self._handed_twice(),
+            "attempt_reused": self._attempt_reused(),
         }
         self.times, self.deliveries = times, deliveries
         out = {}
@@ -298,16 +330,20 @@ class _Judge:
         open_ = {}                       # pid -> (attempt, t_claim) in progress
         ended: dict[int, str] = {}       # attempt -> how it ended
         last = None                      # (attempt, pid, t_claim) of the last claim
+        reused = [id(e) for e in reused_claims(self.by_job.get(job, []))]
         for e in self.by_job.get(job, []):
             pid, a, ev = e["pid"], e.get("attempt"), e["ev"]
             if ev == "claim":
                 note = ""
                 if last is not None:
                     note = " " + self._why_again(last, ended.get(last[0]), e["t"])
+                if id(e) in reused:
+                    note += (" <- REUSED: an earlier claim had already handed out "
+                             "this attempt (or a later one)")
                 last = (a, pid, e["t"])
                 lines.append(Mark(e["t"], f"claimed by worker {pid} as attempt "
                                   f"{a}{note}", pid, "claim", a,
-                                  "handed out twice" in note))
+                                  "handed out twice" in note or id(e) in reused))
                 open_[pid] = (a, e["t"])
                 continue
             if ev in ("ack", "fail", "crash_point", "abandoned"):
