@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -65,6 +66,7 @@ TRIAL_CHECKS = [
 ]
 CHECKS = CONTRACT_CHECKS + TRIAL_CHECKS
 TRIAL_TIMEOUT_S = 240
+PROBE_S = 30            # for the module's import, before any check
 
 
 def _trial_outcomes(data: dict) -> list:
@@ -236,20 +238,22 @@ def evaluate_file(path: str, redis_url: str, quick: bool,
     if not Path(path).exists():
         return Evaluation(not_run(CHECKS, f"no {shown_path} was written: run the "
                                           f"`%%writefile {shown_path}` cell"))
-    probe = queue_runs.probe(path, imports=IMPORTS)
-    if not probe["ok"]:
-        msg = probe["error"].replace(path, shown_path)
-        return Evaluation(not_run(CHECKS, msg), [msg])
+    names = [c.name for c in CONTRACT_CHECKS] if contract else []
+    unloadable = threading.Event()      # the contract harness's probe failed
     with ThreadPoolExecutor(max_workers=1) as pool:   # the trial uses database 1
         running = trial and pool.submit(
             sandbox.run, [sys.executable, "-m", "autograder.judges.heartbeat_trial",
                           path, trial_url(redis_url), "--json"],
             timeout=TRIAL_TIMEOUT_S,
-            env=queue_runs.learner_env(path, redis_url, IMPORTS))
-        names = [c.name for c in CONTRACT_CHECKS] if contract else []
-        results, left = (queue_runs.contract(path, redis_url, names, timeout=300,
-                                             imports=IMPORTS)
-                         if names else ({}, []))
+            env=queue_runs.learner_env(path, redis_url, IMPORTS), stop=unloadable)
+        try:    # the harness probes the module first: no sandbox of its own
+            results, left, _ = (queue_runs.contract_then_cost(
+                path, redis_url, names, timeout=300, imports=IMPORTS,
+                probe_s=PROBE_S) if names else ({}, [], {}))
+        except queue_runs.NotLoadable as err:
+            unloadable.set()
+            msg = str(err).replace(path, shown_path)
+            return Evaluation(not_run(CHECKS, msg), [msg])
         fin = running and running.result()
     outcomes = []
     for c in (c for c in CONTRACT_CHECKS if c.name in names):
