@@ -85,8 +85,9 @@ class Pool:
                       "IDEM": "1", "ACK_DELAY": "0", **(env or {})}
         cmd = ["--queue", "handson.q", "--db", str(db), *args]
         for _ in range(n):
-            p = self.starter.start("handson.worker", cmd, worker_env, self.log,
-                                   pgid=0)
+            # a session of its own, as before: the kernel shares the CPU
+            # between sessions first, so workers in one would count as one
+            p = self.starter.start("handson.worker", cmd, worker_env, self.log)
             if p is None:       # its server is gone: a fresh interpreter
                 with open(self.log, "ab") as log:
                     p = subprocess.Popen([sys.executable, "-m", "handson.worker",

@@ -96,10 +96,11 @@ def test_the_kernel_counts_a_cpu_taken_but_not_a_process_stopped():
     got = json.loads(out.stdout)
     assert got["counted"], got
     assert got["spinning"] > 0.15, got          # about half of the 0.6 s
-    # Stopped 0.6 s, counted would be 0.6 s or more; what is counted is the
-    # runnable time around the stop (its Popen, its wake-up) beside the hog: a
-    # loaded CI run counted 0.14 s of a 0.8 s stop.
-    assert got["stop_s"] > 0.55 and got["stopped"] < 0.3, got
+    # The window holds the stop (0.6 s) and the runnable time around it (its
+    # Popen, its wake-up beside the hog), which a loaded machine stretches: a
+    # count that took in the stop would be the whole window. Loaded CI runs
+    # counted 0.14 s of a 0.8 s window and 0.47 s of a 1.08 s one.
+    assert got["stop_s"] > 0.55 and got["stopped"] < got["stop_s"] - 0.45, got
 
 
 HELD = Path(handson.q.__file__).read_text().replace(
