@@ -330,7 +330,7 @@ class _Judge:
         open_ = {}                       # pid -> (attempt, t_claim) in progress
         ended: dict[int, str] = {}       # attempt -> how it ended
         last = None                      # (attempt, pid, t_claim) of the last claim
-        reused = [id(e) for e in reused_claims(self.by_job.get(job, []))]
+        reused = {id(e) for e in reused_claims(self.by_job.get(job, []))}
         for e in self.by_job.get(job, []):
             pid, a, ev = e["pid"], e.get("attempt"), e["ev"]
             if ev == "claim":
