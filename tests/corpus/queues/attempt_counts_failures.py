@@ -8,7 +8,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mini_correct import *  # the correct queue; below, the one bug
-from poison_never_counts import fail  # noqa: F401 - counts failures
 
 
 def claim(r, lease_s):
@@ -25,3 +24,11 @@ def claim(r, lease_s):
     if not res:
         return None
     return res[0], json.loads(res[1] or "{}"), int(res[2])
+
+
+def fail(r, job_id, attempt, error):
+    return bool(lua(r, HELD + """
+    redis.call('HSET', jk, 'last_error', ARGV[3])
+    redis.call('HINCRBY', jk, 'failures', 1)
+    redis.call('ZADD', KEYS[1], 'XX', 0, ARGV[1])
+    return 1""", (INFLIGHT, JOB), (job_id, attempt, error)))
