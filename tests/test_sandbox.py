@@ -9,6 +9,7 @@ mechanisms (not Linux, no root and no user namespaces) the tests are skipped,
 and the report says "isolation: none" or "partial".
 """
 
+import ast
 import contextlib
 import hashlib
 import os
@@ -91,6 +92,63 @@ def test_the_kernel_may_read_its_runner_and_no_other_grader_file():
                       "autograder/notebooks/run_notebook.py"}, grader
     assert all(f.startswith("handson/") for f in set(files) - grader), files
     assert all((ROOT / f).is_file() for f in files)
+
+
+def test_learner_code_starts_with_no_signal_blocked(tmp_path):
+    """The sandbox's init waits for SIGCHLD with it blocked; the learner's
+    process (and so a server it starts, which waits for its children by that
+    signal) gets the mask it would have had without the sandbox."""
+    fin = confined(tmp_path, """
+        for line in open("/proc/self/status"):
+            if line.startswith(("SigBlk", "SigIgn")):
+                print(line.strip())
+        """)
+    assert fin.ok, fin.tail()
+    masks = dict(line.split(":\t") for line in fin.stdout.splitlines())
+    assert int(masks["SigBlk"], 16) == 0, masks
+    assert not int(masks["SigIgn"], 16) & 1 << (signal.SIGCHLD - 1), masks
+
+
+def _parser_imports(path: Path, module: str) -> frozenset[str]:
+    """The course modules a file imports, as Python's parser finds them."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0]
+                mod = f"{base}.{mod}" if mod else base
+            mods = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        else:
+            continue
+        names |= {n for n in mods if n.split(".")[0] in ("handson", "autograder")
+                  and n.count(".") >= 1}
+    return frozenset(names)
+
+
+def test_the_import_scan_finds_what_the_parser_finds():
+    """The read lists come from a scan of import lines, not the parser: in every
+    file of the course it finds the same imports (none from a script held in a
+    string, none from a comment), or a sandbox would read more or too little."""
+    differ = []
+    for path in sorted(ROOT.glob("[ahst]*/**/*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] not in ("autograder", "handson", "solutions", "tests"):
+            continue
+        module = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+        st = path.stat()
+        scanned = sandbox._parsed_imports(str(path), module, st.st_mtime_ns,
+                                          st.st_size)
+        if scanned != _parser_imports(path, module):
+            differ.append(str(rel))
+    assert not differ, differ
+    strings = ROOT / "autograder" / "judges" / "queue_runs.py"
+    assert "from handson.queues.checks" in strings.read_text()
+    assert "handson.queues.checks" not in _parser_imports(
+        strings, "autograder.judges.queue_runs")
 
 
 def test_cannot_read_solutions_tests_or_the_grader(tmp_path):
