@@ -7,10 +7,11 @@ a fork of it that runs its module as `python -m` would, with its own argv,
 environment, session and log. What the worker does is unchanged; only the
 imports it shares with every other worker are already done.
 
-    python -m handson.infra.warm_start [--preload M,...] [LABEL]   # the server
+    python -m handson.infra.warm_start [--bare] [--preload M,...] [LABEL]
 
-(LABEL, e.g. the run's directory, only shows in `ps` whose server it is;
---preload: more trusted modules to import before the first fork.)
+(the server; LABEL, e.g. the run's directory, only shows in `ps` whose server
+it is; --preload: more trusted modules to import before the first fork;
+--bare: only those, not PRELOAD.)
 
 Trusted code only: the server preloads the standard library and redis-py,
 never a learner's module (a worker loads that after the fork, as before, or
@@ -50,6 +51,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import types
 import typing
@@ -59,6 +61,7 @@ from handson import redis_server
 _PR_SET_NAME = 15
 PRELOAD = ("redis", "sqlite3", "argparse", "hashlib", "uuid")
 START_TIMEOUT_S = 30.0
+GONE_POLL_S = 0.05      # how often a wait looks at a child whose server died
 # A preloaded module's code by its file, for `run_script` of that file: a host
 # compiled its 700-line script from source, 7 ms of CPU each, a hundred a grade.
 _SCRIPTS: dict[str, types.CodeType] = {}
@@ -219,10 +222,12 @@ def _kill(pids) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def serve(preload: tuple[str, ...] = ()) -> int:
+def serve(preload: tuple[str, ...] = (), base: bool = True) -> int:
     """Requests on fd 0 and on each client connection passed over it
-    ({"client": true} with one fd); replies on the connection asked."""
-    for name in (*PRELOAD, *preload):
+    ({"client": true} with one fd); replies on the connection asked.
+    `base`: PRELOAD first (a server of processes that never use redis-py
+    skips it: 13 MB less for each fork to copy)."""
+    for name in (*(PRELOAD if base else ()), *preload):
         module = importlib.import_module(name)
         with contextlib.suppress(ImportError, OSError, AttributeError, TypeError):
             source = module.__spec__.origin
@@ -297,11 +302,12 @@ class Starter:
 
     def __init__(self, label: str = "", popen=subprocess.Popen,
                  env: dict | None = None, preload: tuple[str, ...] = (),
-                 sock: socket.socket | None = None):
+                 sock: socket.socket | None = None, base: bool = True):
         """`popen`: what starts the server (one that starts it on a thread that
         lives as long as the process, when the caller's thread may not);
         `env`: the server's own environment (default: ours); `preload`: more
-        trusted modules it imports. `sock`: a client connection instead."""
+        trusted modules it imports, after PRELOAD unless not `base`. `sock`: a
+        client connection instead."""
         self.lock = threading.Lock()
         self.replies: queue.SimpleQueue = queue.SimpleQueue()
         self.changed = threading.Condition()
@@ -315,6 +321,7 @@ class Starter:
             with theirs:
                 self.proc = popen(
                     [sys.executable, "-m", "handson.infra.warm_start",
+                     *([] if base else ["--bare"]),
                      *(["--preload", ",".join(preload)] if preload else []),
                      *([label] if label else [])], stdin=theirs.fileno(), env=env,
                     stdout=subprocess.DEVNULL, preexec_fn=functools.partial(
@@ -425,6 +432,23 @@ class Starter:
             self.proc.wait()
 
 
+_OURS: dict[str, tuple[int, Starter]] = {}     # label -> (the process, its server)
+_OURS_LOCK = [threading.Lock()]
+os.register_at_fork(after_in_child=lambda: _OURS_LOCK.__setitem__(
+    0, threading.Lock()))
+
+
+def ours(label: str, **kw) -> Starter:
+    """This process's server `label` (kw: Starter's), started on first use; a
+    forked child of ours, or a process whose server is gone, starts another."""
+    with _OURS_LOCK[0]:
+        pid, s = _OURS.get(label, (0, None))
+        if s is None or pid != os.getpid() or s.gone:
+            s = Starter(label, **kw)
+            _OURS[label] = (os.getpid(), s)
+        return s
+
+
 class WarmProcess:
     """A started worker: `pid`, `poll()`, `wait()` and `returncode` as in Popen."""
 
@@ -447,10 +471,16 @@ class WarmProcess:
                 os.kill(self.pid, signal.SIGKILL)
 
     def wait(self, timeout: float | None = None) -> int:
-        with self.starter.changed:
-            if not self.starter.changed.wait_for(lambda: self.poll() is not None,
-                                                 timeout):
-                raise subprocess.TimeoutExpired(self.args, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        s = self.starter
+        with s.changed:
+            while self.poll() is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(self.args, timeout)
+                if s.gone:          # nobody will say it ended: look again soon
+                    left = GONE_POLL_S if left is None else min(left, GONE_POLL_S)
+                s.changed.wait(left)
         return self.returncode
 
 
@@ -466,9 +496,11 @@ def _alive(pid: int) -> bool:
 
 def _main(argv: list[str]) -> int:
     preload: tuple[str, ...] = ()
+    base = argv[:1] != ["--bare"]
+    argv = argv[0 if base else 1:]
     if argv[:1] == ["--preload"]:
         preload, argv = tuple(filter(None, argv[1].split(","))), argv[2:]
-    return serve(preload)
+    return serve(preload, base)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 from handson.infra import remote_module, warm_start
@@ -108,18 +107,10 @@ class Worker:
             stream.close()
 
 
-_WARM: dict = {"pid": 0, "starter": None}
-_WARM_LOCK = threading.Lock()
-
-
 def _forked(module: str, args: list[str], pass_fds: tuple[int, ...], env: dict):
     """The worker forked from this process's warm-start server, with its stdout
     and stderr on pipes; None if that server cannot start it (then Popen)."""
-    with _WARM_LOCK:
-        s = _WARM["starter"]
-        if _WARM["pid"] != os.getpid() or s is None or s.gone:
-            s = warm_start.Starter(popen=remote_module.Spawner.popen)
-            _WARM.update(pid=os.getpid(), starter=s)
+    s = warm_start.ours("workers", popen=remote_module.Spawner.popen)
     # its queue's hosts come from our run's server of hosts, into its group
     hosts = remote_module.host_fds(env)
     try:
