@@ -109,6 +109,15 @@ def test_learner_code_starts_with_no_signal_blocked(tmp_path):
     assert not int(masks["SigIgn"], 16) & 1 << (signal.SIGCHLD - 1), masks
 
 
+def test_a_quiet_run_says_nothing_on_stderr(tmp_path):
+    """What a run writes on stderr is quoted as the reason it failed, so the
+    supervisor and the launcher add nothing of their own there."""
+    for confine_it in (True, False):
+        fin = sandbox.run([sys.executable, "-c", "pass"], timeout=30,
+                          cwd=tmp_path, confined=confine_it)
+        assert fin.ok and fin.stderr == "" and fin.stdout == "", fin
+
+
 def _parser_imports(path: Path, module: str) -> frozenset[str]:
     """The course modules a file imports, as Python's parser finds them."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -149,6 +158,24 @@ def test_the_import_scan_finds_what_the_parser_finds():
     assert "from handson.queues.checks" in strings.read_text()
     assert "handson.queues.checks" not in _parser_imports(
         strings, "autograder.judges.queue_runs")
+
+
+@pytest.mark.parametrize("source", [
+    "import os; import handson.q\n",
+    "if True: import handson.q\n",
+    "try: from handson import q\nexcept ImportError: pass\n",
+    "from handson \\\n    import q\n",
+    "import handson.q, \\\n    handson.worker\n",
+    "from handson.queues import (  # the (lab's) checks\n    checks,\n    cost)\n",
+    "x = f\"{'a'}\"  # it's\nimport handson.q\n",
+    '"""\nimport handson.secret\n"""\nrun = "from handson import worker"\n',
+    "from . import q\nfrom .queues import checks as c, cost\n",
+])
+def test_the_import_scan_reads_every_form_of_import(tmp_path, source):
+    path = tmp_path / "t.py"
+    path.write_text(source)
+    assert sandbox._parsed_imports(str(path), "handson.t", 0, 0) == \
+        _parser_imports(path, "handson.t")
 
 
 def test_cannot_read_solutions_tests_or_the_grader(tmp_path):
