@@ -446,6 +446,9 @@ def ours(label: str, **kw) -> Starter:
         if s is None or pid != os.getpid() or s.gone:
             s = Starter(label, **kw)
             _OURS[label] = (os.getpid(), s)
+            # ended and waited for as we exit: its CPU and its children's then
+            # count as ours (our parent's RUSAGE_CHILDREN), as a Popen's would
+            atexit.register(s.close)
         return s
 
 
