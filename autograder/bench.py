@@ -15,6 +15,13 @@ the kernel's own accounting, never an estimate:
   of the Redis and PostgreSQL cgroups (each launcher adds its cgroup's whole
   life to a log, `confine.COST_LOG`), `judge` what is left: the grader's own
   process tree.
+
+What a grading costs in seconds depends on the machine: the same code's
+claim_ack_reap grade measured 10 CPU-s on one quiet 2-core machine and 6 on
+another. `--against CHECKOUT` grades another checkout of the course (its own
+reference, with its own `.venv`) in turn with this one, round by round, and
+prints the ratio: the measure of a change that holds from one machine, or one
+hour, to the next.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import os
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,12 +53,15 @@ def _cpu_children() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _init(out: str, cmd: list[str]) -> int:
-    """PID 1 of the bench's namespace: run `cmd`, reap every process (killing
-    what outlives it by LEFTOVER_S), then write what they all cost to `out`."""
+def _init(out: str, cwd: str, cmd: list[str]) -> int:
+    """PID 1 of the bench's namespace: run `cmd` in `cwd`, reap every process
+    (killing what outlives it by LEFTOVER_S), then write what they all cost to
+    `out`. (It starts in this checkout, so that it is this checkout's init
+    whatever `cwd` holds.)"""
     t0 = time.monotonic()
     pid = os.fork()
     if pid == 0:
+        os.chdir(cwd)
         os.execvp(cmd[0], cmd)
     rc, deadline = None, None
     while True:
@@ -81,34 +92,40 @@ def _namespaced() -> bool:
 
 
 def measure(cmd: list[str], cwd: Path | None = None, echo=None,
-            stdout: Path | None = None) -> dict:
+            stdout: Path | None = None, bin_dir: Path | None = None) -> dict:
     """Run `cmd` to its end; what it cost, by role where the roles are counted.
     `echo` hears each line of its stderr as it comes; its stdout goes to the
-    file `stdout`, if given."""
+    file `stdout`, if given. `bin_dir` goes first on its PATH (default: this
+    interpreter's folder, the venv's commands)."""
     with tempfile.TemporaryDirectory(prefix="eo-bench-") as tmp:
         log, out = Path(tmp) / "cost.jsonl", Path(tmp) / "init.json"
         env = dict(os.environ, **{COST_LOG: str(log)})
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        first = bin_dir or Path(sys.executable).parent
+        env["PATH"] = f"{first}{os.pathsep}{env.get('PATH', '')}"
         env.pop("REDIS_URL", None)
         env.pop("DATABASE_URL", None)
         cpu0, t0 = _cpu_children(), time.monotonic()
         if _namespaced():
             run = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
-                   "-m", "autograder.bench", str(out), "--", *cmd]
+                   "-m", "autograder.bench", str(out), str(cwd or Path.cwd()), "--",
+                   *cmd]
         else:
             run = cmd
         said: collections.deque = collections.deque(maxlen=50)
         with (open(stdout, "w") if stdout else open(os.devnull, "w")) as sink, \
-                subprocess.Popen(run, cwd=cwd, env=env, stdout=sink,
-                                 stderr=subprocess.PIPE, text=True) as proc:
+                subprocess.Popen(run, cwd=REPO if run is not cmd else cwd, env=env,
+                                 stdout=sink, stderr=subprocess.PIPE,
+                                 text=True) as proc:
             for line in proc.stderr:
                 said.append(line)
                 if echo:
                     echo(line.rstrip("\n"))
         got = {"returncode": proc.returncode, "wall_s": time.monotonic() - t0,
                "cpu_s": _cpu_children() - cpu0, "tasks": None}
-        if run is not cmd:
+        if run is not cmd and out.exists():
             got = json.loads(out.read_text())
+        elif run is not cmd:        # the init itself failed: its words say why
+            got["returncode"] = got["returncode"] or 1
         roles = {"learner": 0.0, "server": 0.0}
         if log.exists():
             for line in log.read_text().splitlines():
@@ -188,6 +205,80 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _points(out: Path) -> str:
+    try:
+        got = json.loads(out.read_text())
+        return f"{got['score']:g}/{got['max_score']:g}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "-"
+
+
+def _graded(python: Path, checkout: Path, name: str, tmp: Path) -> dict:
+    """One grade of `checkout`'s reference by its own interpreter."""
+    nb = checkout / "solutions" / name / f"{name}.ipynb"
+    out = tmp / f"{checkout.name}-{name}.json"
+    m = measure([str(python), "-m", "autograder", "grade", str(nb), "--json"],
+                cwd=checkout, stdout=out, bin_dir=python.parent)
+    return {**m, "points": _points(out)}
+
+
+def other_python(checkout: Path) -> Path | str:
+    """The other checkout's interpreter, or why it cannot be benched."""
+    python = checkout / ".venv" / "bin" / "python"
+    if not (checkout / "autograder").is_dir():
+        return f"{checkout} is not a checkout of the course (no autograder/ in it)"
+    if not python.exists():
+        return (f"{checkout} has no .venv: run `make book` (or `make test`) there "
+                "once, so it grades with its own packages")
+    return python
+
+
+def run_against(names: list[str], other: Path, repeat: int = 1,
+                progress=None) -> list[dict]:
+    """Each assignment graded by this checkout and by `other`, in turn, `repeat`
+    rounds; who goes first alternates, so a machine slowing down over a round
+    weighs on both alike."""
+    python = other_python(other)
+    assert isinstance(python, Path), python
+    sides = {"this": (Path(sys.executable), REPO), "that": (python, other)}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="eo-bench-against-") as tmp:
+        for name in names:
+            if not (other / "solutions" / name / f"{name}.ipynb").exists():
+                rows.append({"assignment": name, "missing": True})
+                continue
+            runs: dict = {"this": [], "that": []}
+            for i in range(repeat):
+                if progress:
+                    progress(f"{name}: round {i + 1} of {repeat}")
+                for side in (("this", "that") if i % 2 == 0 else ("that", "this")):
+                    runs[side].append(_graded(*sides[side], name, Path(tmp)))
+            pairs = zip(runs["this"], runs["that"], strict=True)
+            rows.append({"assignment": name, "runs": repeat,
+                         "this": _median(runs["this"]), "that": _median(runs["that"]),
+                         "ratios": [round(a["cpu_s"] / b["cpu_s"], 3)
+                                    for a, b in pairs]})
+    return rows
+
+
+def against_table(rows: list[dict], other: Path) -> str:
+    """CPU of this checkout's grade against the other's, round by round."""
+    head = (f"{'assignment':<20} {'this CPU':>8} {'that CPU':>8} {'ratio':>6} "
+            f"{'rounds':>11} {'this pts':>8} {'that pts':>8}")
+    out = [f"this: {REPO}", f"that: {other}", head, "-" * len(head)]
+    for row in rows:
+        if row.get("missing"):
+            out.append(f"{row['assignment']:<20} (not in that checkout)")
+            continue
+        a, b, rs = row["this"], row["that"], sorted(row["ratios"])
+        spread = f"{rs[0]:.2f}-{rs[-1]:.2f}" if len(rs) > 1 else ""
+        failed = "" if a["ok"] and b["ok"] else "  (a grade failed)"
+        out.append(f"{row['assignment']:<20} {a['cpu_s']:>8.1f} {b['cpu_s']:>8.1f} "
+                   f"{statistics.median(rs):>6.2f} {spread:>11} {a['points']:>8} "
+                   f"{b['points']:>8}{failed}")
+    return "\n".join(out)
+
+
 def main(args) -> int:
     names = args.assignment or assignments.names()
     unknown = [n for n in names if n not in assignments.names()]
@@ -195,11 +286,21 @@ def main(args) -> int:
         print(f"cannot bench: unknown assignment {unknown}" if unknown else
               "cannot bench: --repeat must be at least 1", file=sys.stderr)
         return 2
-    rows = run_bench(names, args.repeat,
-                     lambda m: print(m, file=sys.stderr, flush=True))
+    say = lambda m: print(m, file=sys.stderr, flush=True)      # noqa: E731
+    if args.against:
+        other = Path(args.against).resolve()
+        python = other_python(other)
+        if not isinstance(python, Path):
+            print(f"cannot bench: {python}", file=sys.stderr)
+            return 2
+        rows = run_against(names, other, args.repeat, say)
+        print(json.dumps(rows, indent=1) if args.json else against_table(rows, other))
+        return 0 if all(r["this"]["ok"] and r["that"]["ok"] for r in rows
+                        if not r.get("missing")) else 1
+    rows = run_bench(names, args.repeat, say)
     print(json.dumps(rows, indent=1) if args.json else table(rows))
     return 0 if all(r[g]["ok"] for r in rows for g in ("grade", "nbgrader")) else 1
 
 
-if __name__ == "__main__":          # the init inside the namespace: OUT -- CMD
-    sys.exit(_init(sys.argv[1], sys.argv[3:]))
+if __name__ == "__main__":      # the init inside the namespace: OUT CWD -- CMD
+    sys.exit(_init(sys.argv[1], sys.argv[2], sys.argv[4:]))

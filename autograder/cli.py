@@ -10,6 +10,7 @@
     python -m autograder corpus [FOLDER]        # our wrong and correct queues:
                                                 # the catch rate
     python -m autograder bench [--assignment NAME] [--repeat N] [--json]
+    python -m autograder bench --against CHECKOUT [--assignment NAME] [--repeat N]
                                                 # what grading each reference
                                                 # costs, beside nbgrader's
     python -m autograder bench --class N [--workers W] [--alone]
@@ -137,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--repeat", type=int, default=1,
                    help="runs per assignment; the run of median CPU is shown")
     b.add_argument("--json", action="store_true")
+    b.add_argument("--against", metavar="CHECKOUT",
+                   help="grade another checkout of the course (with its own .venv) "
+                   "in turn with this one, and print the ratio of their CPU")
     b.add_argument("--class", type=int, dest="cls", metavar="N",
                    help="instead: grade a class of N claim_ack_reap submissions "
                    "mixed as a real one is (grade-class), and say what it cost")

@@ -54,3 +54,47 @@ def test_a_measured_command_s_output_is_kept_where_asked(tmp_path):
                          stdout=tmp_path / "out.txt")
     assert cost["ok"] and heard == ["progress"]
     assert (tmp_path / "out.txt").read_text() == "the report\n"
+
+
+def test_a_measured_command_runs_where_asked_under_this_checkout_s_init(tmp_path):
+    """The other checkout of `--against` may hold an older autograder (or none):
+    the namespace's init is still this one's, and the command runs in its cwd."""
+    from autograder import bench
+
+    fake = tmp_path / "autograder"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "bench.py").write_text("raise SystemExit(3)\n")
+    code = "import os; print(os.getcwd())"
+    cost = bench.measure([sys.executable, "-c", code], cwd=tmp_path,
+                         stdout=tmp_path / "out.txt")
+    assert cost["ok"], cost
+    assert (tmp_path / "out.txt").read_text().strip() == str(tmp_path)
+
+
+def test_bench_against_a_checkout_grades_both_in_turn():
+    """Against itself: the same points on both sides, a ratio near one."""
+    res = subprocess.run([sys.executable, "-m", "autograder", "bench", "--against",
+                          str(ROOT), "--assignment", "delivery_semantics", "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    [row] = json.loads(res.stdout)
+    assert row["this"]["ok"] and row["that"]["ok"], row
+    assert row["this"]["points"] == row["that"]["points"], row
+    got, full = row["this"]["points"].split("/")
+    assert got == full, row
+    [ratio] = row["ratios"]
+    assert 1 / 3 < ratio < 3, row       # the same code, a noisy machine
+
+
+def test_bench_against_a_folder_that_is_no_checkout_says_so(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "autograder", "bench", "--against",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2 and res.stdout == ""
+    assert "not a checkout of the course" in res.stderr
+    (tmp_path / "autograder").mkdir()
+    res = subprocess.run([sys.executable, "-m", "autograder", "bench", "--against",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2 and "has no .venv" in res.stderr
