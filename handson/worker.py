@@ -222,17 +222,29 @@ class Crashes:
 
 
 class Heartbeat(threading.Thread):
-    """Extends the lease every lease/3; on a refusal sets `lost` and stops."""
+    """Extends the lease every lease/3; on a refusal sets `lost` and stops.
+
+    A beat that fell due before `stop()` still goes out. A worker stopped past
+    its beat (a pause, a zombie) beats as it runs again; when that came before
+    its job's end was a race of its two threads, which the job's thread won
+    whenever a loaded machine ran it first, so that a zombie's stale heartbeat
+    never left (a broken extend went unseen in one chaos run of 240 under
+    load)."""
 
     def __init__(self, w: Worker, job_id: str, attempt: int):
         super().__init__(daemon=True)
         self.w, self.job_id, self.attempt = w, job_id, attempt
         self.stopped = threading.Event()
+        self.stop_at = float("inf")
         self.lost = False
 
     def run(self) -> None:
         w = self.w
-        while not self.stopped.wait(w.lease_s / 3):
+        due = time.monotonic() + w.lease_s / 3
+        while True:
+            self.stopped.wait(max(0.0, due - time.monotonic()))
+            if self.stopped.is_set() and self.stop_at < due:
+                return
             t0 = time.monotonic_ns()
             try:
                 ok = bool(w.crashes.inside("extend", w.q.extend, w.r, self.job_id,
@@ -246,8 +258,10 @@ class Heartbeat(threading.Thread):
                 self.lost = True
                 return
             w.crashes.maybe("during-heartbeat", job=self.job_id, attempt=self.attempt)
+            due = time.monotonic() + w.lease_s / 3
 
     def stop(self) -> None:
+        self.stop_at = time.monotonic()
         self.stopped.set()
         self.join(timeout=30)
 
