@@ -171,8 +171,10 @@ def bench(name: str) -> dict:
 
 
 def _median(runs: list[dict]) -> dict:
-    """The run of median CPU (a whole run, so its parts add up)."""
-    return sorted(runs, key=lambda r: r["cpu_s"])[len(runs) // 2]
+    """The run of median CPU (a whole run, so its parts add up); not ok unless
+    every run was (a failed run is often the cheapest, never the median)."""
+    median = sorted(runs, key=lambda r: r["cpu_s"])[len(runs) // 2]
+    return {**median, "ok": all(r["ok"] for r in runs)}
 
 
 def run_bench(names: list[str], repeat: int = 1, progress=None) -> list[dict]:
@@ -257,7 +259,8 @@ def run_against(names: list[str], other: Path, repeat: int = 1,
             rows.append({"assignment": name, "runs": repeat,
                          "this": _median(runs["this"]), "that": _median(runs["that"]),
                          "ratios": [round(a["cpu_s"] / b["cpu_s"], 3)
-                                    for a, b in pairs]})
+                                    for a, b in pairs     # rounds both graded
+                                    if a["ok"] and b["ok"] and b["cpu_s"] > 0]})
     return rows
 
 
@@ -272,9 +275,10 @@ def against_table(rows: list[dict], other: Path) -> str:
             continue
         a, b, rs = row["this"], row["that"], sorted(row["ratios"])
         spread = f"{rs[0]:.2f}-{rs[-1]:.2f}" if len(rs) > 1 else ""
+        ratio = f"{statistics.median(rs):.2f}" if rs else "-"
         failed = "" if a["ok"] and b["ok"] else "  (a grade failed)"
         out.append(f"{row['assignment']:<20} {a['cpu_s']:>8.1f} {b['cpu_s']:>8.1f} "
-                   f"{statistics.median(rs):>6.2f} {spread:>11} {a['points']:>8} "
+                   f"{ratio:>6} {spread:>11} {a['points']:>8} "
                    f"{b['points']:>8}{failed}")
     return "\n".join(out)
 
@@ -287,7 +291,10 @@ def main(args) -> int:
               "cannot bench: --repeat must be at least 1", file=sys.stderr)
         return 2
     say = lambda m: print(m, file=sys.stderr, flush=True)      # noqa: E731
-    if args.against:
+    if args.against is not None:
+        if not args.against.strip():
+            print("cannot bench: --against needs a checkout's folder", file=sys.stderr)
+            return 2
         other = Path(args.against).resolve()
         python = other_python(other)
         if not isinstance(python, Path):

@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         from autograder.judges import corpus
 
         return corpus.main(args.folder, max(1, args.workers))
+    if args.cmd == "bench" and args.cls is not None and args.against is not None:
+        p.error("bench: --against compares references, --class grades a class: "
+                "one or the other")
     if args.cmd == "bench" and args.cls is not None:
         from autograder.classroom import class_bench
 

@@ -98,3 +98,27 @@ def test_bench_against_a_folder_that_is_no_checkout_says_so(tmp_path):
                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 2 and "has no .venv" in res.stderr
+    for wrong in (["--against", ""], ["--against", str(ROOT), "--class", "3"]):
+        res = subprocess.run([sys.executable, "-m", "autograder", "bench", *wrong],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and "--against" in res.stderr, (wrong, res.stderr)
+
+
+def test_a_grade_that_failed_on_one_side_is_said_and_no_ratio_is_made(tmp_path):
+    """A checkout whose interpreter fails at once: its CPU is about nothing, so
+    no ratio, and the row says a grade failed (exit 1), with no traceback."""
+    name = "delivery_semantics"
+    (tmp_path / "autograder").mkdir()
+    nb = tmp_path / "solutions" / name / f"{name}.ipynb"
+    nb.parent.mkdir(parents=True)
+    nb.write_text("{}")
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\nexit 1\n")
+    python.chmod(0o755)
+    res = subprocess.run([sys.executable, "-m", "autograder", "bench", "--against",
+                          str(tmp_path), "--assignment", name], cwd=ROOT,
+                         capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    [row] = [ln for ln in res.stdout.splitlines() if ln.startswith(name)]
+    assert row.endswith("(a grade failed)") and row.split()[3] == "-", row

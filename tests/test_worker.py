@@ -38,7 +38,7 @@ setup_db.connect(sys.argv[1], timeout=10).execute("select 1")
 class _LateEvent(threading.Event):
     """A heartbeat thread that wakes LATE_S after its beat was due: what a
     worker resumed from a pause is, when its job's thread runs first."""
-    LATE_S = 0.1
+    LATE_S = 0.2
 
     def wait(self, timeout=None):
         time.sleep((timeout or 0) + self.LATE_S)
@@ -58,10 +58,10 @@ class _Beats:
 
 
 @pytest.mark.parametrize("lease_s, stop_after_s, beats", [(1.5, 0.0, 0),
-                                                           (0.3, 0.15, 1)])
+                                                           (0.3, 0.25, 1)])
 def test_a_heartbeat_due_before_its_stop_still_goes_out(lease_s, stop_after_s,
                                                          beats):
-    """Stopped before its first beat (due at lease/3): none. Stopped 50 ms
+    """Stopped before its first beat (due at lease/3): none. Stopped 150 ms
     after it was due, while its thread still slept: the overdue beat goes out,
     as a paused zombie's must, however its threads are scheduled."""
     from handson.worker import Heartbeat
