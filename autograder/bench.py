@@ -27,6 +27,7 @@ hour, to the next.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import resource
@@ -36,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -46,6 +48,7 @@ from autograder.notebooks import notebook
 REPO = Path(__file__).resolve().parent.parent
 STUDENT = "bench"
 LEFTOVER_S = 10.0     # how long the init waits for what outlives the command
+GRADE_LIMIT_S = 1800  # a grade that runs longer is stopped and counted failed
 
 
 def _cpu_children() -> float:
@@ -92,11 +95,14 @@ def _namespaced() -> bool:
 
 
 def measure(cmd: list[str], cwd: Path | None = None, echo=None,
-            stdout: Path | None = None, bin_dir: Path | None = None) -> dict:
+            stdout: Path | None = None, bin_dir: Path | None = None,
+            limit_s: float | None = None) -> dict:
     """Run `cmd` to its end; what it cost, by role where the roles are counted.
     `echo` hears each line of its stderr as it comes; its stdout goes to the
     file `stdout`, if given. `bin_dir` goes first on its PATH (default: this
-    interpreter's folder, the venv's commands)."""
+    interpreter's folder, the venv's commands). Past `limit_s` the command is
+    killed (in a namespace, every process of it: the init dies with the
+    `unshare` that started it) and the run is a failed one."""
     with tempfile.TemporaryDirectory(prefix="eo-bench-") as tmp:
         log, out = Path(tmp) / "cost.jsonl", Path(tmp) / "init.json"
         env = dict(os.environ, **{COST_LOG: str(log)})
@@ -106,7 +112,7 @@ def measure(cmd: list[str], cwd: Path | None = None, echo=None,
         env.pop("DATABASE_URL", None)
         cpu0, t0 = _cpu_children(), time.monotonic()
         if _namespaced():
-            run = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
+            run = ["unshare", "--pid", "--kill-child", "--mount-proc", sys.executable,
                    "-m", "autograder.bench", str(out), str(cwd or Path.cwd()), "--",
                    *cmd]
         else:
@@ -116,10 +122,18 @@ def measure(cmd: list[str], cwd: Path | None = None, echo=None,
                 subprocess.Popen(run, cwd=REPO if run is not cmd else cwd, env=env,
                                  stdout=sink, stderr=subprocess.PIPE,
                                  text=True) as proc:
-            for line in proc.stderr:
-                said.append(line)
-                if echo:
-                    echo(line.rstrip("\n"))
+            timer = threading.Timer(limit_s, _stop, (proc, said, limit_s)) \
+                if limit_s else None
+            if timer:
+                timer.start()
+            try:
+                for line in proc.stderr:
+                    said.append(line)
+                    if echo:
+                        echo(line.rstrip("\n"))
+            finally:
+                if timer:
+                    timer.cancel()
         got = {"returncode": proc.returncode, "wall_s": time.monotonic() - t0,
                "cpu_s": _cpu_children() - cpu0, "tasks": None}
         if run is not cmd and out.exists():
@@ -137,6 +151,13 @@ def measure(cmd: list[str], cwd: Path | None = None, echo=None,
             "learner_s": round(roles["learner"], 2),
             "servers_s": round(roles["server"], 2),
             "error": "" if proc.returncode == 0 else "".join(said)[-800:]}
+
+
+def _stop(proc: subprocess.Popen, said: collections.deque, limit_s: float) -> None:
+    said.append(f"bench: the command did not finish within {limit_s:g} s and was "
+                "killed\n")
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
 
 
 def _nbgrader(*args: str) -> list[str]:
@@ -162,11 +183,11 @@ def bench(name: str) -> dict:
     """One assignment's reference, graded by us and by nbgrader."""
     nb = notebook.source_notebook(name)
     grade = measure([sys.executable, "-m", "autograder", "grade", str(nb), "--json"],
-                    cwd=REPO)
+                    cwd=REPO, limit_s=GRADE_LIMIT_S)
     with tempfile.TemporaryDirectory(prefix="eo-bench-course-") as tmp:
         course = _course(Path(tmp), name, nb)
         nbg = measure(_nbgrader("autograde", name, "--student", STUDENT),
-                      cwd=course)
+                      cwd=course, limit_s=GRADE_LIMIT_S)
     return {"assignment": name, "grade": grade, "nbgrader": nbg}
 
 
@@ -220,7 +241,8 @@ def _graded(python: Path, checkout: Path, name: str, tmp: Path) -> dict:
     nb = checkout / "solutions" / name / f"{name}.ipynb"
     out = tmp / f"{checkout.name}-{name}.json"
     m = measure([str(python), "-m", "autograder", "grade", str(nb), "--json"],
-                cwd=checkout, stdout=out, bin_dir=python.parent)
+                cwd=checkout, stdout=out, bin_dir=python.parent,
+                limit_s=GRADE_LIMIT_S)
     return {**m, "points": _points(out)}
 
 

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,3 +123,20 @@ def test_a_grade_that_failed_on_one_side_is_said_and_no_ratio_is_made(tmp_path):
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
     [row] = [ln for ln in res.stdout.splitlines() if ln.startswith(name)]
     assert row.endswith("(a grade failed)") and row.split()[3] == "-", row
+
+
+def test_a_measured_command_past_its_limit_is_killed_with_what_it_started():
+    """A grade that hangs cannot hang the bench: past its limit it is killed,
+    and in the bench's PID namespace (as root) so is every process it started,
+    which would otherwise hold its stderr open."""
+    from autograder import bench
+
+    code = ("import subprocess, time; subprocess.Popen(['sleep', '120']); "
+            "print('started', flush=True); time.sleep(120)")
+    cmd = [sys.executable, "-c", code]
+    if os.geteuid() != 0:       # no namespace: only the command itself is killed
+        cmd = [sys.executable, "-c", "import time; time.sleep(120)"]
+    t0 = time.monotonic()
+    cost = bench.measure(cmd, limit_s=2)
+    assert time.monotonic() - t0 < 60
+    assert not cost["ok"] and "did not finish within 2 s" in cost["error"], cost
