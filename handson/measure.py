@@ -38,6 +38,7 @@ from handson import produce, q, redis_server, setup_db
 from handson.bench.run import slope_rate
 from handson.faults.engine import ChaosConfig, Report
 from handson.faults.engine import run as chaos_run
+from handson.faults.pool import WORKER_PRELOAD
 from handson.infra import warm_start
 
 SIZES = {
@@ -80,7 +81,7 @@ class Pool:
         self.procs: list[subprocess.Popen | warm_start.WarmProcess] = []
         self.dir = tempfile.TemporaryDirectory(prefix="eo-pool-")
         self.log = os.path.join(self.dir.name, "workers.log")
-        self.starter = warm_start.Starter(self.dir.name)
+        self.starter = warm_start.Starter(self.dir.name, preload=WORKER_PRELOAD)
         worker_env = {**os.environ, "REDIS_URL": url, "ITERS": str(iters),
                       "IDEM": "1", "ACK_DELAY": "0", **(env or {})}
         cmd = ["--queue", "handson.q", "--db", str(db), *args]

@@ -11,20 +11,22 @@ import hashlib
 import os
 import time
 
-ITERS = int(os.environ.get("ITERS", "20000"))
-# A job that also waits (on an API, a disk) lasts at least this long whatever
-# the CPU's speed: what a lesson about leases needs from its jobs.
-MIN_S = float(os.environ.get("WORK_MIN_S", "0") or 0)
-
 
 def score(doc: str, iters: int | None = None) -> float:
+    """ITERS rounds of SHA-256 (the environment's, read at each call: a worker
+    forked from a server that imported this has an environment of its own); a
+    job also lasts at least WORK_MIN_S seconds, as one that waits on an API or
+    a disk does whatever the CPU's speed: what a lesson about leases needs."""
     if "POISON" in doc:
         raise ValueError(f"cannot tokenize {doc!r}")
     t0 = time.monotonic()
+    if iters is None:
+        iters = int(os.environ.get("ITERS", "20000"))
     h = doc.encode()
-    for _ in range(ITERS if iters is None else iters):
+    for _ in range(iters):
         h = hashlib.sha256(h).digest()
-    if (left := MIN_S - (time.monotonic() - t0)) > 0:
+    min_s = float(os.environ.get("WORK_MIN_S", "0") or 0)
+    if (left := min_s - (time.monotonic() - t0)) > 0:
         time.sleep(left)
     return h[0] / 255
 

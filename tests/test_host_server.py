@@ -1,6 +1,7 @@
 """Confined hosts forked from the run's warm server: the same sandbox, nothing more.
 
-A host's launcher is a fork of a server that imported redis-py once, and the
+A host's launcher is a fork of a server that imported redis-py once (as root,
+straight into a PID namespace the server made, whose init it is), and the
 learner's code runs in that confined process without a fresh interpreter. So
 the learner can read a copy of the server's memory: it must hold nothing the
 learner may not have (the judge's password above all), and the process must be
@@ -71,6 +72,9 @@ SPY = textwrap.dedent('''
         import time
         time.sleep(60)
 
+    def pids():
+        return [os.getpid(), os.getppid()]
+
     def sizes(*paths):
         """What this process can read of each path: its size, or the error."""
         out = []
@@ -125,9 +129,13 @@ def test_a_forked_host_holds_no_secret_of_the_judge(run, tmp_path, monkeypatch):
         assert caps["CapBnd"] == 0, caps
         outside = tmp_path / "outside.txt"
         assert m.escape(str(outside)) != "written" and not outside.exists()
-        launcher = psutil.Process(m._host.proc.pid)
-        tree = [launcher, *launcher.children(recursive=True)]
-        assert len(tree) == 3           # launcher, the namespace's init, learner
+        # The server of hosts made the host's PID namespace, and its fork is the
+        # namespace's init: no launcher waits outside. Both are in our group.
+        init = psutil.Process(m._host.proc.pid)
+        tree = [init, *init.children(recursive=True)]
+        workdir = prefix[prefix.index("--workdir") + 1]
+        assert init.ppid() == remote_module._HOSTS[workdir][1].proc.pid
+        assert len(tree) == 2 and m.pids() == [2, 1]    # the init, the learner
         assert {os.getpgid(p.pid) for p in tree} == {os.getpgrp()}
     finally:
         m.close()

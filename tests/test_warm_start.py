@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -98,6 +99,120 @@ def test_a_killed_server_takes_its_workers_with_it(starter, tmp_path):
     while warm_start._alive(p.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert p.wait(timeout=30) == -signal.SIGKILL
+
+
+NAMESPACED = """import os, sys
+sys.stdin.read()
+print(os.getpid(), os.getppid(), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace needs root")
+def test_a_child_in_a_pid_namespace_of_its_own_and_the_next_in_ours(tmp_path,
+                                                                   monkeypatch):
+    """With pid_namespace the child is PID 1 of a namespace the server made
+    for it, in the caller's process group all the same (whose number it cannot
+    see); the server's next child is in the server's namespace again."""
+    (tmp_path / "eo_ns.py").write_text(NAMESPACED)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    s = warm_start.Starter(str(tmp_path))
+    try:
+        logs = [tmp_path / f"log{i}" for i in range(3)]
+        with open(logs[0], "w") as out:
+            first = s.start_piped("eo_ns", [], dict(os.environ), {0: "r"},
+                                  {1: out.fileno()}, pgid=os.getpgrp(),
+                                  pid_namespace=True)
+        assert os.getpgid(first.pid) == os.getpgrp()
+        os.close(first.ends[0])                 # it may go on
+        assert first.wait(30) == 0
+        for log in logs[1:]:
+            assert s.start("eo_ns", [], dict(os.environ), str(log)).wait(30) == 0
+    finally:
+        s.close()
+    said = [log.read_text().split() for log in logs]
+    assert said[0] == ["1", "0"]                # its parent is outside
+    assert all(pid != "1" and int(parent) == s.proc.pid for pid, parent in said[1:])
+
+
+PRELOADED = """import sys
+if __name__ == "__main__":
+    print("main", sys.argv, __spec__.name, sys.modules["__main__"].__dict__ is
+          globals(), "VERSION", flush=True)
+    sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_preloaded_module_runs_as_python_dash_m_from_the_servers_code(
+        tmp_path, monkeypatch):
+    """A module the server preloaded runs as __main__ with `python -m`'s argv,
+    from the code the server compiled: the file changed after the server
+    started is not read again, and nothing is imported or warned of anew."""
+    source = tmp_path / "eo_pre.py"
+    source.write_text(PRELOADED.replace("VERSION", "v1"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    log = tmp_path / "log"
+    s = warm_start.Starter(str(tmp_path), preload=("eo_pre",))
+    try:
+        assert s.start("eo_pre", ["3"], dict(os.environ), str(log)).wait(30) == 3
+        source.write_text(PRELOADED.replace("VERSION", "v2"))
+        assert s.start("eo_pre", ["0"], dict(os.environ), str(log)).wait(30) == 0
+    finally:
+        s.close()
+    real = subprocess.run([sys.executable, "-m", "eo_pre", "0"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert real.stdout == f"main ['{source}', '0'] eo_pre True v2\n"
+    assert log.read_text() == "".join(f"main ['{source}', '{arg}'] eo_pre True v1\n"
+                                      for arg in ("3", "0"))
+
+
+ENV_READS = """import importlib, os, sys
+root, seen = sys.argv[1], set()
+class Watched(dict):
+    def _note(self, key):
+        frame = sys._getframe(2)
+        while frame.f_globals.get("__name__") == "os":     # os.getenv
+            frame = frame.f_back
+        where = os.path.relpath(frame.f_code.co_filename, root)
+        if os.path.isabs(frame.f_code.co_filename) and \\
+                not where.startswith(("..", ".venv")):
+            seen.add(f"{where}:{key}")
+    def get(self, key, default=None):
+        self._note(key)
+        return super().get(key, default)
+    def __getitem__(self, key):
+        self._note(key)
+        return super().__getitem__(key)
+    def __contains__(self, key):
+        self._note(key)
+        return super().__contains__(key)
+os.environ = Watched(os.environ)
+for name in sys.argv[2:]:
+    importlib.import_module(name)
+print(" ".join(sorted(seen)))
+"""
+
+
+def test_what_a_server_preloads_reads_no_environment_when_imported():
+    """A fork runs with an environment of its own, but what a module read of
+    the environment when the server imported it was the server's: a worker's
+    ITERS, read by handson.work at import, was once the server's, not the
+    worker's. The server reads PYTHONPATH for its own path, which each child
+    sets anew. (The graders' server is started with the grades' environment.)"""
+    from autograder.isolation import sandbox
+    from autograder.judges import heartbeat_trial
+    from handson.faults.pool import WORKER_PRELOAD
+    from handson.infra import remote_module
+
+    preloaded = {*warm_start.PRELOAD, *WORKER_PRELOAD, *remote_module.HOST_PRELOAD,
+                 *remote_module.PG_PRELOAD, *sandbox.SUPERVISOR_PRELOAD,
+                 *heartbeat_trial._PRELOAD}
+    repo = Path(warm_start.__file__).resolve().parents[2]
+    read = subprocess.run([sys.executable, "-c", ENV_READS, str(repo),
+                           *sorted(preloaded)], capture_output=True, text=True,
+                          check=True, cwd=repo).stdout.split()
+    assert read == ["handson/infra/warm_start.py:PYTHONPATH"]
 
 
 GATED = """import json, sys

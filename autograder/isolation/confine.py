@@ -3,9 +3,10 @@
     python -m autograder.isolation.confine --workdir W [--read PATH]...
         [--redis-url URL] [--pg-url URL]
         [--mem-mb N] [--pids N] [--cpus N] [--disk-mb N] [--env K=V]...
-        [--pass NAME]... [--keep-group] [--identity NAME] [--status F] -- CMD...
+        [--pass NAME]... [--keep-group] [--identity NAME] [--status F]
+        [--no-exec] [--init] -- CMD...
 
-Three processes, only the last runs learner code:
+Three processes, only the last runs learner code (two with --init, below):
 
 - the launcher puts itself in the run's cgroup (one memory, process and CPU cap
   for every learner process of a grading run, named after the work dir), enters new
@@ -23,6 +24,11 @@ Three processes, only the last runs learner code:
   once and holds nothing a learner may not read) a CMD that is this Python
   running a script runs it in place instead, after dropping the capabilities
   exec would have dropped.
+
+With --init, in a PID namespace its caller made and whose PID 1 it is (a host
+forked by a run's server of hosts, as root), the launcher enters the network
+and IPC namespaces itself and is the init: the fork and the waiting launcher
+cost a host a fifth of its start.
 
 With --identity NAME (a server: PostgreSQL refuses to run as root) the command
 runs as a user of its own: as root, a uid that no account and no other run has
@@ -793,6 +799,8 @@ def launch(opts, cmd: list[str]) -> int:
     opts.cgroup = os.geteuid() == 0 and cgroup.setup(opts.mem_mb, opts.pids,
                                                      opts.cpus)
     opts.root, own_root = _view_root()
+    if opts.init and os.getpid() == 1 and not (own_root or opts.status or opts.uid):
+        return _as_init(opts, cmd)
     mode = _unshare(own_identity=bool(opts.identity))
     if opts.uid and mode != "root":
         opts.uid = 0                    # no namespaces: not worth a setuid alone
@@ -848,6 +856,17 @@ def launch(opts, cmd: list[str]) -> int:
     return report["returncode"]
 
 
+def _as_init(opts, cmd: list[str]) -> int:
+    """--init in a PID namespace our caller made, whose PID 1 we are: be its
+    init, with no launcher outside to wait and report (nobody reads a report:
+    there is no status file). The run's cgroup is left to the last launcher or
+    to `sandbox.cleanup`."""
+    _check(_libc().unshare(CLONE_NEWNET | CLONE_NEWIPC),
+           "unshare network and IPC namespaces")
+    with open(os.devnull, "wb") as nowhere:
+        return init(opts, cmd, "root", nowhere.fileno())
+
+
 def account(role: str, lifetime_ns: int | None) -> None:
     """Add a removed cgroup's CPU to the cost log (`COST_LOG`), if one is kept:
     `python -m autograder bench` splits a grading's CPU by role with it."""
@@ -887,6 +906,10 @@ def parser() -> argparse.ArgumentParser:
                    help="the launcher is a fork of a warm-start server: run a "
                    "Python script CMD in the confined process, not a fresh "
                    "interpreter (the same steps, then what exec would reset)")
+    p.add_argument("--init", action="store_true",
+                   help="if this process is PID 1 of a PID namespace its caller "
+                   "made (a warm-start server's fork as root), be its init: no "
+                   "launcher process (needs no --status, --identity)")
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     return p
 

@@ -306,11 +306,8 @@ def run(cmd: list[str], timeout: float, *, cwd: str | os.PathLike | None = None,
 
 
 SUPERVISOR = "autograder.isolation.sandbox"
-# What the server of supervisors imports: the supervisor's imports, not the
-# supervisor itself, which runs as __main__ (a module already imported would be
-# run a second time, and runpy warns of that on the run's stderr).
-SUPERVISOR_PRELOAD = ("psutil", "autograder.isolation.confine", "argparse", "ast",
-                      "dataclasses", "tempfile", "traceback", "select")
+# What the server of supervisors imports: the supervisor, with all it imports.
+SUPERVISOR_PRELOAD = (SUPERVISOR,)
 
 
 def _supervisor(args: list[str], out, err, env: dict | None):

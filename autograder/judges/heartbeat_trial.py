@@ -251,10 +251,8 @@ class _Worker:
 # interpreters, a grade's four spent about 1.5 s of CPU on the same imports.
 _STARTER: list[warm_start.Starter] = []
 _LOGS = itertools.count()
-# What a worker imports, imported once (not this module: runpy runs it anew).
-_PRELOAD = ("autograder.isolation.confine", "handson.faults.server_clock",
-            "handson.infra.remote_module", "handson.infra.schedstat",
-            "handson.queues.contract")
+# A worker runs this module: imported once, with all it imports.
+_PRELOAD = (__spec__.name,)
 
 
 def _spawn(module: str, url: str, db: str, events: Path, max_jobs: int,

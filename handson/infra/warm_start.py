@@ -10,8 +10,9 @@ imports it shares with every other worker are already done.
     python -m handson.infra.warm_start [--bare] [--preload M,...] [LABEL]
 
 (the server; LABEL, e.g. the run's directory, only shows in `ps` whose server
-it is; --preload: more trusted modules to import before the first fork;
---bare: only those, not PRELOAD.)
+it is; --preload: more trusted modules to import before the first fork (one
+started as `python -m` then runs from the code the server compiled, with
+nothing left to import); --bare: only those, not PRELOAD.)
 
 Trusted code only: the server preloads the standard library and redis-py,
 never a learner's module (a worker loads that after the fork, as before, or
@@ -24,7 +25,10 @@ could read of its memory holds nothing a learner may not have.
 Each request {"module", "args", "env", "log"} is answered {"pid": n}; a child
 leaves for a session of its own unless the request names a process group
 ("pgid": 0 for a group of its own in the server's session, or a caller's
-group, which a signal to it then reaches). Each child's end is answered
+group, which a signal to it then reaches). With "pid_namespace" the server
+makes a new PID namespace for that one child, which is its PID 1 (as root;
+else as without): the server puts it in the caller's group, whose number it
+cannot see, before it runs. Each child's end is answered
 {"exit": pid, "code": c}, with c as `Popen.returncode` has it (-9 for SIGKILL).
 Requests and replies are messages on a Unix socket (fd 0), or on another
 connection passed over it (`Starter.client_fd`). A child dies with the server,
@@ -65,6 +69,10 @@ GONE_POLL_S = 0.05      # how often a wait looks at a child whose server died
 # A preloaded module's code by its file, for `run_script` of that file: a host
 # compiled its 700-line script from source, 7 ms of CPU each, a hundred a grade.
 _SCRIPTS: dict[str, types.CodeType] = {}
+# The same by the module's name, with its spec, for `python -m` of it: a chaos
+# worker imported what handson.worker imports anew in each fork (24 ms of CPU,
+# half of what a worker used in a grade), a host's launcher read its module.
+_MODULES: dict[str, tuple[types.CodeType, importlib.machinery.ModuleSpec]] = {}
 # the interpreter's own directories (stdlib, site-packages): sys.path without
 # the server's first entry and its PYTHONPATH, which each child sets anew
 BASE_PATH = [p for p in sys.path[1:]
@@ -83,7 +91,26 @@ def _exit_code(err: SystemExit) -> int:
     return 1
 
 
-def _child(req: dict, fds: list[int], server: int, ready: int) -> int:
+_CLONE_NEWPID = 0x20000000
+_OWN_PID_NS: list[int] = []       # an fd of our PID namespace, once opened
+
+
+def _new_pid_namespace() -> bool:
+    """Our next child is the init of a new PID namespace (as root only)."""
+    if not _OWN_PID_NS:
+        _OWN_PID_NS.append(os.open("/proc/self/ns/pid", os.O_RDONLY))
+    return ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWPID) == 0
+
+
+def _our_pid_namespace() -> None:
+    """Our children are in our PID namespace again; if they could not be, we
+    stop: a later child must never land in an earlier one's namespace."""
+    if ctypes.CDLL(None, use_errno=True).setns(_OWN_PID_NS[0], _CLONE_NEWPID):
+        os._exit(70)
+
+
+def _child(req: dict, fds: list[int], server: int, ready: int,
+           in_new_namespace: bool = False) -> int:
     """Run `python -m MODULE ARGS` with req's environment, directory and files
     (req["fds"]: where each passed fd goes; 0, 1, 2 default to /dev/null and
     the log); its exit code. The caller then `leave`s with it.
@@ -91,6 +118,8 @@ def _child(req: dict, fds: list[int], server: int, ready: int) -> int:
     try:
         if req.get("pgid") is None:
             os.setsid()
+        elif in_new_namespace and req["pgid"]:
+            pass                            # the server put us in it
         else:                               # 0: a group of its own
             os.setpgid(0, req["pgid"])
     except OSError as err:
@@ -120,13 +149,33 @@ def _child(req: dict, fds: list[int], server: int, ready: int) -> int:
         os.chdir(req.get("cwd") or ".")
         _environ(req["env"], os.getcwd())           # as `python -m` sets sys.path
         sys.argv = [req["module"], *req["args"]]
-        runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+        _run_module(req["module"])
     except SystemExit as err:
         return _exit_code(err)
     except BaseException:
         traceback.print_exc()
         return 1
     return 0
+
+
+def _run_module(name: str) -> None:
+    """`python -m name`, as runpy runs it; a preloaded module from its code.
+
+    runpy would find, read and unmarshal it again, and warns on stderr of a
+    module already imported: its copy as __main__ is a second one, as it is
+    for `python -m` when something imports the module by its name."""
+    found = _MODULES.get(name)
+    if found is None:
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+        return
+    code, spec = found
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=spec.origin, __cached__=spec.cached,
+                         __loader__=spec.loader, __package__=spec.parent,
+                         __spec__=spec)
+    sys.modules["__main__"] = main
+    sys.argv[0] = spec.origin
+    exec(code, main.__dict__)
 
 
 def _environ(env: dict, first: str) -> None:
@@ -198,10 +247,32 @@ def _fork(req: dict, fds: list[int], conn: socket.socket,
     """Fork the child; its pid is answered once it is in its session or group,
     so a signal to that group at once reaches it (or an error, and no pid)."""
     ready_r, ready_w = os.pipe()
-    pid = os.fork()
+    go_r, go_w = os.pipe() if req.get("pid_namespace") else (-1, -1)
+    new_ns = go_r >= 0 and _new_pid_namespace()
+    pid = -1
+    try:
+        pid = os.fork()
+    finally:
+        if new_ns and pid != 0:
+            _our_pid_namespace()
     if pid == 0:
         os.close(ready_r)
-        leave(_child(req, fds, os.getppid(), ready_w))
+        if go_r >= 0:
+            os.close(go_w)
+            if new_ns and os.read(go_r, 1) != b"g":     # not in the caller's group
+                os.write(ready_w, b"cannot join the caller's process group")
+                os._exit(1)
+            os.close(go_r)
+        leave(_child(req, fds, 0 if new_ns else os.getppid(), ready_w, new_ns))
+    if go_r >= 0:
+        os.close(go_r)
+        if new_ns:
+            with contextlib.suppress(OSError):
+                # a group whose number it cannot see from its namespace: ours
+                if req.get("pgid"):
+                    os.setpgid(pid, req["pgid"])
+                os.write(go_w, b"g")
+        os.close(go_w)
     os.close(ready_w)
     with os.fdopen(ready_r, "rb") as ready:
         said = ready.read(400)
@@ -230,8 +301,10 @@ def serve(preload: tuple[str, ...] = (), base: bool = True) -> int:
     for name in (*(PRELOAD if base else ()), *preload):
         module = importlib.import_module(name)
         with contextlib.suppress(ImportError, OSError, AttributeError, TypeError):
-            source = module.__spec__.origin
-            _SCRIPTS[os.path.realpath(source)] = module.__loader__.get_code(name)
+            code = module.__loader__.get_code(name)
+            _SCRIPTS[os.path.realpath(module.__spec__.origin)] = code
+            if module.__spec__.submodule_search_locations is None:  # -m of a
+                _MODULES[name] = (code, module.__spec__)     # package: __main__
     gc.freeze()         # what is imported by now, no fork need collect again
     wake_r, wake_w = os.pipe()
     for fd in (wake_r, wake_w):
@@ -374,16 +447,19 @@ class Starter:
 
     def start(self, module: str, args: list[str], env: dict, log: str | None,
               fds: dict[int, int] | None = None, cwd: str | None = None,
-              pgid: int | None = None) -> WarmProcess | None:
+              pgid: int | None = None, pid_namespace: bool = False
+              ) -> WarmProcess | None:
         """A forked `python -m module args` in `cwd` (default: ours), or None
         if the server cannot start it. `fds`: {fd in the child: fd of ours}
         (pass_fds, or a pipe for its stdout); the rest of 0, 1, 2 are /dev/null
         and `log`. `pgid`: None, a session of its own; 0, a group of its own in
-        the server's session; else that process group (in the same session)."""
+        the server's session; else that process group (in the same session).
+        `pid_namespace`: the child is PID 1 of a new PID namespace, if the
+        server may make one (as root), e.g. a sandbox's init (`confine --init`)."""
         fds = fds or {}
         req = {"module": module, "args": args, "env": env, "log": log,
                "cwd": os.path.abspath(cwd or os.getcwd()), "fds": list(fds),
-               "pgid": pgid}
+               "pgid": pgid, "pid_namespace": pid_namespace}
         with self.lock:
             if self.gone:
                 return None
