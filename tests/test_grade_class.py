@@ -123,6 +123,14 @@ def _dask_workers(pid: int) -> list[psutil.Process]:
     return out
 
 
+def _grading(worker: psutil.Process) -> bool:
+    """A grade runs under it: a fork of its server of graders, named so."""
+    try:
+        return any(c.name() == "autograder" for c in worker.children(recursive=True))
+    except psutil.Error:
+        return False
+
+
 def _gradebook(course: Path) -> dict[tuple[str, str], dict[str, float]]:
     from nbgrader.api import Gradebook
 
@@ -150,8 +158,7 @@ def graded_class(tmp_path_factory):
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and proc.poll() is None:
             if ledger.exists() and _rows(ledger) >= 3:
-                workers = [w for w in _dask_workers(proc.pid)
-                           if w.children(recursive=True)]   # busy grading
+                workers = [w for w in _dask_workers(proc.pid) if _grading(w)]
                 if workers:
                     workers[0].send_signal(signal.SIGKILL)
                     killed.append(workers[0].pid)
