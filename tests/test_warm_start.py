@@ -135,6 +135,77 @@ def test_a_child_in_a_pid_namespace_of_its_own_and_the_next_in_ours(tmp_path,
     assert all(pid != "1" and int(parent) == s.proc.pid for pid, parent in said[1:])
 
 
+IN_USER_NAMESPACE = """import os, sys
+from handson.infra import warm_start
+s = warm_start.Starter("userns")
+codes = [s.start("eo_ns", [], dict(os.environ), None, pid_namespace=True).wait(30)
+         for _ in range(2)]
+print(codes, s.proc.poll())
+s.close()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace needs root")
+def test_root_of_a_user_namespace_gets_no_pid_namespace_and_its_server_lives(
+        tmp_path):
+    """There a PID namespace can be made but not left (setns back is refused):
+    the server made one, then died (exit 70) at its first child, and every
+    host after it started a server again. It makes none there now."""
+    (tmp_path / "eo_ns.py").write_text(NAMESPACED.replace("sys.stdin.read()\n", ""))
+    run = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable,
+                          "-c", IN_USER_NAMESPACE], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert run.stdout.strip() == "[0, 0] None", run.stdout + run.stderr
+
+
+def test_a_reply_that_comes_too_late_answers_no_later_start(tmp_path, monkeypatch):
+    """A start that stopped waiting for its server (still importing what it
+    preloads) got nothing; the server's late reply once answered the next
+    start instead, whose caller then waited on the wrong process. Now the late
+    one is killed, and each start gets its own."""
+    (tmp_path / "eo_slow_import.py").write_text("import time\ntime.sleep(1.5)\n")
+    (tmp_path / "eo_probe.py").write_text(SCRIPT)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    s = warm_start.Starter(str(tmp_path), preload=("eo_slow_import",))
+    try:
+        monkeypatch.setattr(warm_start, "START_TIMEOUT_S", 0.3)
+        env = dict(os.environ)
+        assert s.start("eo_probe", ["sleep"], env, str(tmp_path / "log")) is None
+        monkeypatch.setattr(warm_start, "START_TIMEOUT_S", 30.0)
+        second = s.start("eo_probe", ["7"], env, str(tmp_path / "log"))
+        assert second.args[-1] == "7" and second.wait(30) == 7
+        deadline = time.monotonic() + 10
+        while s.live and time.monotonic() < deadline:   # the late one, killed
+            time.sleep(0.05)
+        assert not s.live
+    finally:
+        s.close()
+
+
+def test_a_fork_that_fails_is_an_error_reply_and_leaks_nothing(monkeypatch):
+    """The server answers and serves on (it raised, and took its children with
+    it), with no pipe left open."""
+    import socket
+
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    fds_before = set(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "fork", no_fork)
+    warm_start._fork({"id": 3, "module": "x", "args": [], "pid_namespace": True},
+                     [], theirs, {})
+    monkeypatch.undo()
+    assert set(os.listdir("/proc/self/fd")) - fds_before <= {
+        str(fd) for fd in warm_start._OWN_PID_NS}       # opened once, kept
+    reply = __import__("json").loads(ours.recv(4096))
+    assert reply["id"] == 3 and reply["error"].startswith("fork:")
+    ours.close()
+    theirs.close()
+
+
 PRELOADED = """import sys
 if __name__ == "__main__":
     print("main", sys.argv, __spec__.name, sys.modules["__main__"].__dict__ is

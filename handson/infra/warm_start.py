@@ -45,6 +45,7 @@ import fcntl
 import functools
 import gc
 import importlib
+import itertools
 import json
 import os
 import queue
@@ -96,10 +97,16 @@ _OWN_PID_NS: list[int] = []       # an fd of our PID namespace, once opened
 
 
 def _new_pid_namespace() -> bool:
-    """Our next child is the init of a new PID namespace (as root only)."""
+    """Our next child is the init of a new PID namespace, if we may come back
+    to ours after it (root; not root in a user namespace, which may make one)."""
+    libc = ctypes.CDLL(None, use_errno=True)
     if not _OWN_PID_NS:
-        _OWN_PID_NS.append(os.open("/proc/self/ns/pid", os.O_RDONLY))
-    return ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWPID) == 0
+        fd = os.open("/proc/self/ns/pid", os.O_RDONLY)
+        if libc.setns(fd, _CLONE_NEWPID) != 0:
+            os.close(fd)
+            fd = -1
+        _OWN_PID_NS.append(fd)
+    return _OWN_PID_NS[0] >= 0 and libc.unshare(_CLONE_NEWPID) == 0
 
 
 def _our_pid_namespace() -> None:
@@ -252,6 +259,12 @@ def _fork(req: dict, fds: list[int], conn: socket.socket,
     pid = -1
     try:
         pid = os.fork()
+    except OSError as err:          # no process to be had: say so, serve on
+        for fd in (ready_r, ready_w, go_r, go_w):
+            if fd >= 0:
+                os.close(fd)
+        _send(conn, {"id": req.get("id"), "error": f"fork: {err}"})
+        return
     finally:
         if new_ns and pid != 0:
             _our_pid_namespace()
@@ -278,10 +291,12 @@ def _fork(req: dict, fds: list[int], conn: socket.socket,
         said = ready.read(400)
     if said != b"ok":
         children[pid] = None        # reaped, answered to nobody
-        _send(conn, {"error": said.decode(errors="replace") or "it died"})
+        _send(conn, {"id": req.get("id"),
+                     "error": said.decode(errors="replace") or "it died"})
         return
     children[pid] = conn
-    _send(conn, {"pid": pid, "args": [sys.executable, "-m", req["module"],
+    _send(conn, {"id": req.get("id"),
+                 "pid": pid, "args": [sys.executable, "-m", req["module"],
                                       *req["args"]]})
 
 
@@ -382,7 +397,10 @@ class Starter:
         trusted modules it imports, after PRELOAD unless not `base`. `sock`: a
         client connection instead."""
         self.lock = threading.Lock()
+        # (request id, what it started): a reply that comes after its start()
+        # stopped waiting must not answer the next one
         self.replies: queue.SimpleQueue = queue.SimpleQueue()
+        self.ids = itertools.count()
         self.changed = threading.Condition()
         self.gone = False
         self.proc = None
@@ -434,7 +452,7 @@ class Starter:
             if "pid" in msg or "error" in msg:
                 if "pid" in msg:
                     live[msg["pid"]] = WarmProcess(self, msg["pid"], msg["args"])
-                self.replies.put(live.get(msg.get("pid")))
+                self.replies.put((msg.get("id"), live.get(msg.get("pid"))))
                 continue
             with self.changed:
                 if (h := live.pop(msg["exit"], None)) is not None:
@@ -443,7 +461,7 @@ class Starter:
         with self.changed:
             self.gone = True
             self.changed.notify_all()
-        self.replies.put(None)
+        self.replies.put((None, None))
 
     def start(self, module: str, args: list[str], env: dict, log: str | None,
               fds: dict[int, int] | None = None, cwd: str | None = None,
@@ -457,16 +475,23 @@ class Starter:
         `pid_namespace`: the child is PID 1 of a new PID namespace, if the
         server may make one (as root), e.g. a sandbox's init (`confine --init`)."""
         fds = fds or {}
-        req = {"module": module, "args": args, "env": env, "log": log,
-               "cwd": os.path.abspath(cwd or os.getcwd()), "fds": list(fds),
-               "pgid": pgid, "pid_namespace": pid_namespace}
         with self.lock:
             if self.gone:
                 return None
+            req = {"id": next(self.ids), "module": module, "args": args,
+                   "env": env, "log": log, "cwd": os.path.abspath(cwd or os.getcwd()),
+                   "fds": list(fds), "pgid": pgid, "pid_namespace": pid_namespace}
+            deadline = time.monotonic() + START_TIMEOUT_S
             try:
                 socket.send_fds(self.sock, [json.dumps(req).encode()],
                                 list(fds.values()))
-                return self.replies.get(timeout=START_TIMEOUT_S)
+                while True:
+                    said, started = self.replies.get(
+                        timeout=max(0.0, deadline - time.monotonic()))
+                    if said is None or said == req["id"]:   # gone, or ours
+                        return started
+                    if started is not None:   # one we stopped waiting for
+                        started.kill()
             except (OSError, ValueError, queue.Empty):
                 return None
 
