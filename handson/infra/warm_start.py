@@ -176,12 +176,16 @@ def _run_module(name: str) -> None:
         runpy.run_module(name, run_name="__main__", alter_sys=True)
         return
     code, spec = found
-    main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=spec.origin, __cached__=spec.cached,
-                         __loader__=spec.loader, __package__=spec.parent,
-                         __spec__=spec)
-    sys.modules["__main__"] = main
     sys.argv[0] = spec.origin
+    _exec_as_main(code, __file__=spec.origin, __cached__=spec.cached,
+                  __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
+
+
+def _exec_as_main(code: types.CodeType, **attrs) -> None:
+    """Run compiled code as a fresh __main__ module with these attributes."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(attrs)
+    sys.modules["__main__"] = main
     exec(code, main.__dict__)
 
 
@@ -207,10 +211,7 @@ def run_script(argv: list[str], env: dict) -> typing.NoReturn:
         if compiled is None:
             runpy.run_path(argv[0], run_name="__main__")
         else:
-            main = types.ModuleType("__main__")
-            main.__file__ = argv[0]
-            sys.modules["__main__"] = main
-            exec(compiled, main.__dict__)
+            _exec_as_main(compiled, __file__=argv[0])
     except SystemExit as err:
         code = _exit_code(err)
     except BaseException:
