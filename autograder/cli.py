@@ -144,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--class", type=int, dest="cls", metavar="N",
                    help="instead: grade a class of N claim_ack_reap submissions "
                    "mixed as a real one is (grade-class), and say what it cost")
-    b.add_argument("--workers", type=int, help="with --class: parallel graders")
+    b.add_argument("--workers", type=int, action="append",
+                   help="with --class: parallel graders; given more than once, "
+                   "the class is graded with each, and how it scales is shown")
     b.add_argument("--alone", action="store_true", help="with --class: grade each "
                    "distinct notebook alone too, and compare the points")
     args = p.parse_args(argv)

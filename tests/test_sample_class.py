@@ -120,3 +120,21 @@ def test_a_submission_grade_class_could_not_grade_is_named_with_why():
     assert class_bench.not_graded(said) == [
         ("s007", "KilledWorker: its grader was killed")]
     assert class_bench.not_graded(grade_class.report(grade_class.ClassRun())) == []
+
+
+def test_scaling_compares_each_run_with_the_first():
+    def ran(workers, wall, cpu, graded):
+        return {"workers": workers, "cost": {"wall_s": wall, "cpu_s": cpu},
+                "kinds": {"correct": {"graded": graded - 1}, "broken": {"graded": 1}}}
+    rows = class_bench.scaling([ran(1, 600.0, 900.0, 60), ran(2, 400.0, 990.0, 60)])
+    assert [(r["workers"], r["speedup"], r["cpu_ratio"], r["graded"])
+            for r in rows] == [(1, 1.0, 1.0, 60), (2, 1.5, 1.1, 60)]
+    shown = class_bench.scaling_table(rows).splitlines()
+    assert shown[2].split() == ["2", "400", "990", "60", "1.5", "1.1"]
+
+
+def test_a_worker_count_below_one_is_refused_before_any_grade(capsys):
+    import argparse
+    args = argparse.Namespace(cls=10, workers=[2, 0], alone=False, json=False)
+    assert class_bench.main(args) == 2
+    assert "--workers at least 1" in capsys.readouterr().err

@@ -10,7 +10,9 @@ last grade (the gradebook, export and cluster's end come after); and
 per kind, the mean points and seconds a grade. With `--alone`, one copy of
 each distinct notebook is graded alone too, and every copy in the class must
 have its points, check by check (a check that sees a bug only when a kill
-lands in its gap may not: the table names such checks).
+lands in its gap may not: the table names such checks). With `--workers`
+given more than once, the same class is graded once per count, and a last
+table says how it scaled: each run's wall and CPU time against the first's.
 """
 
 from __future__ import annotations
@@ -192,12 +194,45 @@ def table(res: dict) -> str:
     return "\n".join(out)
 
 
+def scaling(runs: list[dict]) -> list[dict]:
+    """Per run, what its workers bought against the first run's: the wall time
+    it took over the first's (speedup) and the CPU it used over the first's."""
+    first = runs[0]["cost"]
+    return [{"workers": r["workers"], "wall_s": round(r["cost"]["wall_s"]),
+             "cpu_s": round(r["cost"]["cpu_s"]),
+             "graded": sum(k["graded"] for k in r["kinds"].values()),
+             "speedup": round(first["wall_s"] / r["cost"]["wall_s"], 2),
+             "cpu_ratio": round(r["cost"]["cpu_s"] / first["cpu_s"], 2)}
+            for r in runs]
+
+
+def scaling_table(rows: list[dict]) -> str:
+    out = [f"{'workers':>7} {'wall s':>7} {'CPU s':>7} {'graded':>7} "
+           f"{'speedup':>8} {'CPU ratio':>10}"]
+    out += [f"{r['workers'] or 'default':>7} {r['wall_s']:>7} {r['cpu_s']:>7} "
+            f"{r['graded']:>7} {r['speedup']:>8} {r['cpu_ratio']:>10}" for r in rows]
+    return "\n".join(out)
+
+
 def main(args) -> int:
-    if args.cls < 3 or (args.workers is not None and args.workers < 1):
+    counts = args.workers or [None]
+    if args.cls < 3 or any(w is not None and w < 1 for w in counts):
         print("cannot bench: --class needs at least 3 submissions and --workers "
               "at least 1", file=sys.stderr)
         return 2
-    res = run(args.cls, args.workers, args.alone,
-              lambda m: print(m, file=sys.stderr, flush=True))
-    print(json.dumps(res, indent=1) if args.json else table(res))
-    return 0 if not res["differ"] else 1
+    runs = []
+    for i, workers in enumerate(counts):
+        if len(counts) > 1:
+            print(f"the class with {workers} worker(s): run {i + 1} of "
+                  f"{len(counts)}", file=sys.stderr, flush=True)
+        # one class (compose is seeded), each distinct notebook alone once
+        runs.append(run(args.cls, workers, args.alone and i == 0,
+                        lambda m: print(m, file=sys.stderr, flush=True)))
+    if args.json:
+        print(json.dumps(runs[0] if len(runs) == 1 else
+                         {"runs": runs, "scaling": scaling(runs)}, indent=1))
+    else:
+        print("\n\n".join(table(r) for r in runs))
+        if len(runs) > 1:
+            print("\n" + scaling_table(scaling(runs)))
+    return 0 if not any(r["differ"] for r in runs) else 1
