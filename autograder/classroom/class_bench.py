@@ -220,14 +220,13 @@ def main(args) -> int:
         print("cannot bench: --class needs at least 3 submissions and --workers "
               "at least 1", file=sys.stderr)
         return 2
+    say = lambda m: print(m, file=sys.stderr, flush=True)      # noqa: E731
     runs = []
     for i, workers in enumerate(counts):
         if len(counts) > 1:
-            print(f"the class with {workers} worker(s): run {i + 1} of "
-                  f"{len(counts)}", file=sys.stderr, flush=True)
+            say(f"the class with {workers} worker(s): run {i + 1} of {len(counts)}")
         # one class (compose is seeded), each distinct notebook alone once
-        runs.append(run(args.cls, workers, args.alone and i == 0,
-                        lambda m: print(m, file=sys.stderr, flush=True)))
+        runs.append(run(args.cls, workers, args.alone and i == 0, say))
     if args.json:
         print(json.dumps(runs[0] if len(runs) == 1 else
                          {"runs": runs, "scaling": scaling(runs)}, indent=1))
