@@ -17,7 +17,7 @@ import pytest
 
 import handson.q
 from handson.faults import timeline
-from handson.queues import checks
+from handson.queues import checks, crowds
 from handson.queues.checkbase import NOT_JUDGED
 from handson.queues.checks import run_checks
 from handson.redis_server import RedisUnavailable
@@ -160,7 +160,7 @@ def test_a_claimer_that_never_gets_going_fails_the_kill_check(tmp_path, redis_ur
     """Each process's first claim waits longer than the check waits for a
     claimer: no kill lands, and the check says so instead of passing with
     "no job lost to kills" on none."""
-    path = _slow_start(tmp_path, checks.STILL_S + 1)
+    path = _slow_start(tmp_path, crowds.STILL_S + 1)
     [res] = run_checks(str(path), redis_url, ["claim_atomic_concurrent"])
     assert not res.ok and "0 of 24 SIGKILLs landed" in res.got, res.got
 

@@ -11,7 +11,7 @@ import pytest
 from redis.crc import key_slot
 
 from handson import q
-from handson.queues import checks
+from handson.queues import checks, crowds
 from handson.redis_server import connect
 
 
@@ -392,6 +392,6 @@ def test_a_claimer_that_empties_the_queue_between_kills_gets_more_jobs(
     """Between two kills a claimer can take every pending job (its killer was
     starved of CPU), and then it claims nothing: that is not a queue that makes
     a new worker wait, so the check enqueues more. Eight jobs for 24 kills."""
-    monkeypatch.setattr(checks._claims_survive_kills, "__defaults__", (8, 1, 24))
+    monkeypatch.setattr(crowds._claims_survive_kills, "__defaults__", (8, 1, 24))
     [res] = checks.run_checks("handson.q", redis_url, ["claim_atomic_concurrent"])
     assert res.ok, res.line()

@@ -1,11 +1,18 @@
-"""What every contract check shares: its result, its failure, the registry.
+"""What every contract check shares: its result, its failure, the registry,
+the short lease the checks use and the helpers of more than one group.
 
-`handson.queues.checks` holds the checks and runs them; a module of further
-checks (`interleave`) registers its own here too, so one registry serves both.
+`handson.queues.checks` holds the basic checks and runs them all; each module
+of further checks (`clocks`, `crowds`, `failures`, `lease_keeping`,
+`interleave`) registers its own here too, so one registry serves them all.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -107,3 +114,51 @@ def _empty(q, r) -> None:
     r.flushdb()
     if getattr(q, "STATE_OUTSIDE_REDIS", False) is True:   # e.g. in PostgreSQL
         q.reset(r)
+
+
+LEASE = 0.25        # short leases keep the checks quick ...
+PAST = 0.45         # ... and this much sleep is surely past one (server clock)
+
+
+def _expire_and_reap(q, r, max_attempts: int = 3) -> tuple[int, int]:
+    time.sleep(PAST)
+    return tuple(q.reap(r, max_attempts))
+
+
+def _threads(n: int, target: Callable[[int], object], timeout: float) -> list:
+    """Run target(i) in n threads released together; their results in order."""
+    results: list = [None] * n
+    errors: list = []
+    gate = threading.Barrier(n)
+
+    def body(i):
+        try:
+            gate.wait(timeout)
+            results[i] = target(i)
+        except Exception as err:  # reported below
+            errors.append(f"{type(err).__name__}: {err}")
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    _need(not errors, f"a thread raised {errors[0]}" if errors else "",
+          "the queue functions must be safe to call from many clients at once")
+    _need(not any(t.is_alive() for t in threads), "a thread did not finish in time",
+          "a queue call blocked; every call should return promptly")
+    return results
+
+
+def _clients(url: str, n: int) -> list:
+    return [_client(url) for _ in range(n)]
+
+
+def _kill_group(p) -> None:
+    """SIGKILL a child that leads a process group, with all it started there,
+    then reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(p.pid, signal.SIGKILL)
+    if p.is_alive():            # not yet in its own group
+        p.kill()
+    p.join(5)

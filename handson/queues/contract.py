@@ -6,7 +6,7 @@ is judged on its behaviour alone.
 
 Time scales. A lease is from 0.1 s to 30 s and is kept to the millisecond of
 the server's clock: a reap right after the claim leaves it alone, a reap 50 ms
-after its end takes it back (`checks.TOLERANCE`). An acked id stays one job
+after its end takes it back (`clocks.TOLERANCE`). An acked id stays one job
 (enqueueing it again is a no-op) for as long as the queue keeps its done
 marker; the checks re-enqueue it at once, the reference keeps it a day.
 """
