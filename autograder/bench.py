@@ -13,7 +13,7 @@ the kernel's own accounting, never an estimate:
 - tasks: processes and threads created in that namespace (its last PID);
 - the split: `learner` is the CPU of the run's confined cgroups, `servers` that
   of the Redis and PostgreSQL cgroups (each launcher adds its cgroup's whole
-  life to a log, `confine.COST_LOG`), `judge` what is left: the grader's own
+  life to a log, `cgroup.COST_LOG`), `judge` what is left: the grader's own
   process tree.
 
 What a grading costs in seconds depends on the machine: the same code's
@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 from autograder import assignments
-from autograder.isolation.confine import COST_LOG
+from autograder.isolation.cgroup import COST_LOG
 from autograder.notebooks import notebook
 
 REPO = Path(__file__).resolve().parent.parent

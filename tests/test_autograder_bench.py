@@ -38,12 +38,13 @@ def test_a_forked_hosts_launcher_adds_its_cpu_to_the_learners_share():
     cost log is one of those things, or every host's CPU would count as the
     judge's."""
     from autograder.isolation import confine
+    from autograder.isolation.cgroup import COST_LOG
     from handson.infra import remote_module
 
     prefix = ["python", "-m", confine.__name__, "--workdir", "/w", "--"]
-    env = {confine.COST_LOG: "/x/cost.jsonl", "PATH": "/bin", "SECRET": "s"}
+    env = {COST_LOG: "/x/cost.jsonl", "PATH": "/bin", "SECRET": "s"}
     assert remote_module._launcher_env(prefix, env) == {
-        confine.COST_LOG: "/x/cost.jsonl", "PATH": "/bin"}
+        COST_LOG: "/x/cost.jsonl", "PATH": "/bin"}
 
 
 def test_a_measured_command_s_output_is_kept_where_asked(tmp_path):

@@ -25,6 +25,7 @@ import redis
 from test_autograder import ROOT, _cli
 
 from autograder.isolation import confine, server
+from autograder.isolation.cgroup import Cgroup
 from handson.redis_server import EmbeddedRedis, learner_url
 
 pytestmark = pytest.mark.skipif(
@@ -182,7 +183,7 @@ def test_a_stopped_server_leaves_nothing():
         s.protections
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
                    for c in children)
-    cg = confine.Cgroup(confine.run_id(str(s.dir)))
+    cg = Cgroup(confine.run_id(str(s.dir)))
     assert not any(d.exists() for d in cg.dirs.values())
     assert not s.dir.exists()
 

@@ -29,6 +29,7 @@ import redis
 
 from autograder.grade import grade
 from autograder.isolation import confine, sandbox
+from autograder.isolation.cgroup import Cgroup
 from autograder.notebooks import notebook
 from handson.redis_server import EmbeddedRedis
 
@@ -423,7 +424,7 @@ def test_a_grading_run_s_cgroups_go_with_its_work_dir():
     with grading.run_dir("claim_ack_reap") as work:
         host = subprocess.Popen(sandbox.learner_prefix(work) + [
             sys.executable, "-c", "import time; time.sleep(60)"])
-        cgroup = confine.Cgroup(confine.run_id(str(work)))
+        cgroup = Cgroup(confine.run_id(str(work)))
         deadline = time.monotonic() + 20
         while not all(d.exists() for d in cgroup.dirs.values()):
             assert time.monotonic() < deadline, "the run's cgroups were never made"

@@ -38,32 +38,43 @@ its processes; otherwise the caller's own uid inside its user namespace.
 SIGINT and SIGTERM sent to the launcher reach the command (a server's fast and
 smart shutdown), so it can stop cleanly and the status still be written.
 
-Each mechanism is used when the machine has it; the status file says which were
-in force. Without a network namespace nothing listens for us, and a jupyter
-kernel must use IPC transport (files in the work dir), not TCP.
+The run's cgroup is `cgroup.Cgroup`; the namespaces and the view are built by
+`view`; Landlock is `landlock`. Each mechanism is used when the machine has it;
+the status file says which were in force. Without a network namespace nothing
+listens for us, and a jupyter kernel must use IPC transport (files in the work
+dir), not TCP.
 """
 
-from __future__ import annotations
 
-import _socket
+
 import argparse
 import contextlib
 import ctypes
-import fcntl
 import json
 import os
 import resource
 import shutil
 import signal
-import struct
 import sys
 import tempfile
 import time
 from pathlib import Path
-from stat import S_ISDIR, S_ISREG
+from stat import S_ISDIR
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from autograder.isolation import landlock
+from autograder.isolation.cgroup import Cgroup, account
+from autograder.isolation.view import (
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    DEVICES,
+    SYSTEM_READ,
+    _check,
+    _libc,
+    _unshare,
+    build_view,
+    loopback_up,
+)
 
 # Every confined process starts a launcher: `hashlib` (OpenSSL), `socket` and
 # `platform` were a third of its imports, for one digest, one ioctl and one name.
@@ -75,28 +86,8 @@ except ImportError:                       # Python 3.12+: _sha2; or only OpenSSL
     except ImportError:
         from hashlib import sha256
 
-CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x20000, 0x08000000, 0x10000000
-CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-MNT_DETACH = 2
-_SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
-_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER = 1, 24, 36
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, _CAP_VERSION_3 = 47, 4, 0x20080522
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-DEVICES = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"]
-SYSTEM_READ = ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc"]
-
-
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _check(ret: int, what: str) -> None:
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def run_id(workdir: str) -> str:
@@ -135,315 +126,6 @@ def pg_dir(pg_url: str | None) -> str | None:
         return None
     host = parse_qs(urlsplit(pg_url).query).get("host", [""])[0]
     return host if host.startswith("/") else None
-
-
-# --- the run's cgroup (v1 memory + pids; v1 or v2 cpu) ---------------------------
-
-CPU_PERIOD_US = 100_000
-# The weight of a run's whole cgroup: that of four processes outside it (4096,
-# v1; 400, v2), so however many processes a learner forks, together they weigh
-# as four beside the judge's. At one process's weight the run's own harness
-# (inside it too) starved in a loaded suite: three gradings beside six spinners
-# took 35 s for a check that takes 3.4 s alone (8-12 s at four), and in CI past
-# its 40 s limit.
-CPU_SHARES, CPU_WEIGHT = 4096, 400
-COST_LOG = "EO_COST_LOG"       # a file the launchers append their cgroups' CPU to
-
-
-class Cgroup:
-    """One memory, pids and CPU cgroup for a run, under the launcher's own.
-
-    The CPU cap (`cpus`) and low weight keep the learner's processes from
-    starving the judge; the CPU they used is counted (`cpu_ns`), so a judge
-    can tell a machine's load from the one the learner made.
-    """
-
-    def __init__(self, name: str):
-        self.dirs: dict[str, Path] = {}
-        self.parents: dict[str, Path] = {}
-        self.cpu_capped = False
-        own = {}
-        with contextlib.suppress(OSError):
-            for line in Path("/proc/self/cgroup").read_text().splitlines():
-                _, ctrls, path = line.split(":", 2)
-                for c in ctrls.split(","):
-                    own[c] = path
-        for ctrl in ("memory", "pids", "cpu", "cpuacct"):
-            base = CGROUP_ROOT / ctrl
-            if ctrl in own and (base / "cgroup.procs").exists():
-                parent = base / own[ctrl].lstrip("/")
-                self.parents[ctrl] = parent
-                self.dirs[ctrl] = parent / name
-        unified = self._unified(own.get(""))
-        if "cpu" not in self.dirs and unified is not None:
-            self.parents["cpu2"] = unified
-            self.dirs["cpu2"] = unified / name
-
-    @staticmethod
-    def _unified(path: str | None) -> Path | None:
-        """The v2 cgroup we are in, if its children may have the cpu controller."""
-        if path is None:
-            return None
-        for base in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
-            parent = base / path.lstrip("/")
-            with contextlib.suppress(OSError):
-                if "cpu" in (parent / "cgroup.controllers").read_text().split():
-                    return parent
-        return None
-
-    def setup(self, mem_mb: int, pids: int, cpus: float = 0.0) -> bool:
-        """Create, limit and join; False (and nothing left) when not possible.
-        The CPU cap is set when `cpus` > 0 and the machine has the controller."""
-        try:
-            for d in self.dirs.values():
-                d.mkdir(exist_ok=True)
-            if "memory" not in self.dirs or "pids" not in self.dirs:
-                raise OSError("no memory and pids controllers")
-            mem = self.dirs["memory"]
-            limit = str(mem_mb * 1024 * 1024)
-            (mem / "memory.limit_in_bytes").write_text(limit)
-            with contextlib.suppress(OSError):
-                (mem / "memory.memsw.limit_in_bytes").write_text(limit)
-            (self.dirs["pids"] / "pids.max").write_text(str(pids))
-            self.cpu_capped = cpus > 0 and self._cap(cpus)
-            for d in self.dirs.values():
-                (d / "cgroup.procs").write_text(str(os.getpid()))
-            return True
-        except OSError:
-            self.leave()
-            return False
-
-    def _cap(self, cpus: float) -> bool:
-        quota = max(1000, int(cpus * CPU_PERIOD_US))
-        with contextlib.suppress(OSError):
-            if "cpu" in self.dirs:
-                d = self.dirs["cpu"]
-                (d / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
-                (d / "cpu.cfs_quota_us").write_text(str(quota))
-                (d / "cpu.shares").write_text(str(CPU_SHARES))
-                return True
-            if "cpu2" in self.dirs:
-                ctl = self.parents["cpu2"] / "cgroup.subtree_control"
-                if "cpu" not in ctl.read_text().split():
-                    ctl.write_text("+cpu")
-                d = self.dirs["cpu2"]
-                (d / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
-                (d / "cpu.weight").write_text(str(CPU_WEIGHT))
-                return True
-        return False
-
-    def cpu_ns(self) -> tuple[int, int] | None:
-        """(CPU used, time throttled at the cap) by the run's processes so far,
-        in nanoseconds; None where neither is counted."""
-        used = throttled = None
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            if "cpu2" in self.dirs:
-                stat = self._stat(self.dirs["cpu2"] / "cpu.stat")
-                used = stat["usage_usec"] * 1000
-                throttled = stat.get("throttled_usec", 0) * 1000
-            else:
-                used = int((self.dirs["cpuacct"] / "cpuacct.usage").read_text())
-                throttled = self._stat(self.dirs["cpu"] / "cpu.stat")["throttled_time"]
-        return None if used is None else (used, throttled or 0)
-
-    @staticmethod
-    def _stat(path: Path) -> dict[str, int]:
-        return {k: int(v) for k, v in (ln.split() for ln in
-                                       path.read_text().splitlines())}
-
-    def oom_kills(self) -> int:
-        with contextlib.suppress(OSError, KeyError, ValueError):
-            text = (self.dirs["memory"] / "memory.oom_control").read_text()
-            return int(dict(ln.split() for ln in text.splitlines())["oom_kill"])
-        return 0
-
-    def peak_mb(self) -> int:
-        """The most memory the cgroup's processes held at once."""
-        with contextlib.suppress(OSError, KeyError, ValueError):
-            return int((self.dirs["memory"] / "memory.max_usage_in_bytes")
-                       .read_text()) >> 20
-        return 0
-
-    def leave(self) -> int | None:
-        """Move back out and remove the cgroups if no other process uses them.
-        Returns the CPU (ns) the cgroup used in its whole life when this removed
-        it; None while another launcher of the run is still in it."""
-        for ctrl in self.dirs:
-            with contextlib.suppress(OSError):
-                (self.parents[ctrl] / "cgroup.procs").write_text(str(os.getpid()))
-        return self.remove()
-
-    def remove(self) -> int | None:
-        """Remove the cgroups if no process is left in them: the CPU (ns) they
-        used in their whole life if this removed them, else None."""
-        used = self.cpu_ns()
-        for d in self.dirs.values():
-            with contextlib.suppress(OSError):
-                d.rmdir()
-        counted = self.dirs.get("cpu2", self.dirs.get("cpuacct"))
-        gone = counted is not None and not counted.exists()
-        return used[0] if used and gone else None
-
-
-# --- the namespaces and the file system view --------------------------------------
-
-def _unshare(own_identity: bool = False) -> str:
-    """New PID/net/IPC namespaces: 'root', 'user' (via a user ns) or ''.
-
-    The mount namespace comes later, in the init, so that the launcher keeps
-    the real file system (it writes the status file after the init is gone).
-    In a user namespace the caller is root inside, or itself with
-    `own_identity` (a server that refuses root).
-    """
-    libc = _libc()
-    flags = CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
-    if os.geteuid() == 0 and libc.unshare(flags) == 0:
-        return "root"
-    uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(flags | CLONE_NEWUSER) != 0:
-        return ""
-    with contextlib.suppress(OSError):
-        Path("/proc/self/setgroups").write_text("deny")
-    inside_uid, inside_gid = (uid, gid) if own_identity else (0, 0)
-    try:
-        Path("/proc/self/uid_map").write_text(f"{inside_uid} {uid} 1")
-        Path("/proc/self/gid_map").write_text(f"{inside_gid} {gid} 1")
-    except OSError:
-        return ""
-    return "user"
-
-
-def _mount(src, target, fstype, flags: int, data: str | None = None) -> None:
-    libc = _libc()
-    _check(libc.mount(src and src.encode(), target.encode(),
-                      fstype and fstype.encode(), ctypes.c_ulong(flags),
-                      data and data.encode()), f"mount {target}")
-
-
-def _bind(src: str, root: str, writable: bool) -> None:
-    target = root + src
-    if os.path.exists(target) and not os.path.islink(target):
-        pass
-    elif os.path.isdir(src):
-        os.makedirs(target, exist_ok=True)
-    else:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        Path(target).touch()
-    _mount(src, target, None, MS_BIND | MS_REC)
-    if not writable:
-        locked = 0
-        with contextlib.suppress(OSError):
-            f = os.statvfs(target).f_flag
-            locked = (f & os.ST_NOEXEC and MS_NOEXEC) | (f & os.ST_NODEV and MS_NODEV)
-        _mount(None, target, None,
-               MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | locked)
-
-
-def build_view(root: str, read: list[str], write: list[str],
-               identity: tuple[str, int] | None = None) -> None:
-    """Make `root` the new / holding only `read` (ro), `write` (rw), /dev, /proc;
-    with `identity` (name, uid), /etc/passwd and /etc/group know that user."""
-    _check(_libc().unshare(CLONE_NEWNS), "unshare mount namespace")
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=8m,mode=0755")
-    wanted = [(p, False) for p in read] + [(p, True) for p in write]
-    for path, writable in sorted(wanted, key=lambda pw: len(pw[0])):
-        if os.path.islink(path) and os.path.dirname(path) == "/":
-            os.symlink(os.readlink(path), root + path)     # /lib -> usr/lib
-        elif os.path.exists(path):
-            _bind(path, root, writable)
-    for dev in DEVICES:
-        if os.path.exists(dev):
-            _bind(dev, root, True)
-    if os.path.isdir(root + "/etc"):
-        _mask_private(root, "/etc")
-        if identity:
-            _name_identity(root, *identity)
-    os.makedirs(root + "/dev/shm", exist_ok=True)
-    _mount("tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
-           "size=64m,mode=1777")
-    os.makedirs(root + "/proc", exist_ok=True)
-    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    os.chdir(root)
-    libc = _libc()
-    _check(libc.syscall(_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
-    _check(libc.umount2(b".", MNT_DETACH), "umount old root")
-    os.chdir("/")
-    _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-
-
-def _mask_private(root: str, top: str, depth: int = 3) -> None:
-    """Cover what only its owner may read (/etc/shadow, a private key's folder)
-    with something empty: learner code runs as root without capabilities, and
-    owner rights would still open a root-owned 0640 file."""
-    empty_file, empty_dir = f"{root}/.empty", f"{root}/.empty.d"
-    for path, is_dir in _private(top, depth):
-        source = empty_dir if is_dir else empty_file
-        if not os.path.exists(source):
-            os.mkdir(source, 0o555) if is_dir else Path(source).touch()
-        _mount(source, root + path, None, MS_BIND)
-        _mount(None, root + path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
-
-
-def _private(top: str, depth: int) -> list[tuple[str, bool]]:
-    """(path, is a folder) of each file or folder under `top` that others may
-    not read, `depth` levels down. Each host walks it anew (a file made
-    owner-only after its server started is covered too); the directory's own
-    entry type tells a symbolic link (most of /etc) without a stat of it."""
-    found, stack = [], [(top, 0)]
-    while stack:
-        folder, level = stack.pop()
-        try:
-            it = os.scandir(folder)
-        except OSError:
-            continue
-        with it:
-            for entry in it:
-                try:
-                    if entry.is_symlink():
-                        continue
-                    mode = entry.stat(follow_symlinks=False).st_mode
-                except OSError:
-                    continue
-                if S_ISDIR(mode):
-                    if not mode & 0o001:
-                        found.append((entry.path, True))
-                    elif level + 1 < depth:
-                        stack.append((entry.path, level + 1))
-                elif S_ISREG(mode) and not mode & 0o004:
-                    found.append((entry.path, False))
-    return found
-
-
-def _name_identity(root: str, name: str, uid: int) -> None:
-    """The host's passwd and group, less any `name` or `uid` entry, plus ours,
-    bound read-only over the view's (tools look their user up by uid)."""
-    line = {"passwd": f"{name}:x:{uid}:{uid}:{name}:/nonexistent:/usr/sbin/nologin",
-            "group": f"{name}:x:{uid}:"}
-    for db, own in line.items():
-        kept = []
-        with contextlib.suppress(OSError):
-            for entry in Path(f"/etc/{db}").read_text().splitlines():
-                fields = entry.split(":")
-                if fields[0] != name and fields[2:3] != [str(uid)]:
-                    kept.append(entry)
-        made = f"{root}/.{db}"
-        Path(made).write_text("\n".join([*kept, own]) + "\n")
-        target = f"{root}/etc/{db}"
-        if os.path.exists(target):
-            _mount(made, target, None, MS_BIND)
-            _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
-
-
-def loopback_up() -> None:
-    """Bring up `lo` of the private network namespace: TCP inside, none out."""
-    ifreq = struct.pack("16sH14x", b"lo", 0)
-    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
-    try:
-        flags = struct.unpack("16sH14x", fcntl.ioctl(s, _SIOCGIFFLAGS, ifreq))[1]
-        fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | 1))
-    finally:
-        s.close()
 
 
 # --- the namespace's init ------------------------------------------------------------
@@ -865,16 +547,6 @@ def _as_init(opts, cmd: list[str]) -> int:
            "unshare network and IPC namespaces")
     with open(os.devnull, "wb") as nowhere:
         return init(opts, cmd, "root", nowhere.fileno())
-
-
-def account(role: str, lifetime_ns: int | None) -> None:
-    """Add a removed cgroup's CPU to the cost log (`COST_LOG`), if one is kept:
-    `python -m autograder bench` splits a grading's CPU by role with it."""
-    log = os.environ.get(COST_LOG)
-    if log and lifetime_ns is not None:
-        line = json.dumps({"role": role, "cpu_s": round(lifetime_ns / 1e9, 3)})
-        with contextlib.suppress(OSError), open(log, "a") as fh:
-            fh.write(line + "\n")
 
 
 def parser() -> argparse.ArgumentParser:

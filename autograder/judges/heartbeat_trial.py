@@ -52,6 +52,7 @@ import traceback
 from pathlib import Path
 
 from autograder.isolation import confine
+from autograder.isolation.cgroup import Cgroup
 from handson.faults.server_clock import ServerClock
 from handson.infra import learner_host, remote_module, warm_start
 from handson.infra.schedstat import ThreadWaits, Waits
@@ -350,7 +351,7 @@ def learner_cpu() -> tuple[int, int] | None:
     workdir = remote_module.confined_workdir(prefix) if prefix else None
     if workdir is None:
         return None
-    return confine.Cgroup(confine.run_id(workdir)).cpu_ns()
+    return Cgroup(confine.run_id(workdir)).cpu_ns()
 
 
 def long_jobs(module: str, url: str, tmp: Path) -> dict:
