@@ -5,6 +5,7 @@ tests/corpus/delivery)."""
 import shutil
 from pathlib import Path
 
+from autograder.judges import delivery_observe as observing
 from autograder.judges import delivery_semantics as ds
 from handson import c01_job_scheduler as c01
 
@@ -24,7 +25,7 @@ def test_a_worker_slow_to_start_costs_no_check(tmp_path):
         "from correct import *\n"
         "_mark = Path(os.environ['TMPDIR']) / 'loaded-once'\n"
         "if _mark.exists():       # every worker after the first is slow\n"
-        f"    time.sleep({ds.CALL_LIMIT_S + 2})\n"
+        f"    time.sleep({observing.CALL_LIMIT_S + 2})\n"
         "_mark.touch()\n")
     ev = ds.evaluate_file(str(slow), None, quick=False)
     lost = {o.name: o.message for o in ev.outcomes if not o.ok}
@@ -33,7 +34,7 @@ def test_a_worker_slow_to_start_costs_no_check(tmp_path):
 
 def test_the_short_stream_agrees_with_the_pages_broker():
     """The page's own dispatch, acked first, keeps the short stream's claim."""
-    jobs = ds.redeliveries()
+    jobs = observing.redeliveries()
     sink, _ = c01.dispatch(jobs, ack_first=True)
     got = {str(j): sink.applied.get(j, 0) for j, _ in jobs}
     assert ds._short_want("ack_before_work", jobs) == got
@@ -41,7 +42,7 @@ def test_the_short_stream_agrees_with_the_pages_broker():
 
 def _keys_obs():
     pairs = {str(j): {"same": True, "a1": repr(j), "a2": repr(j)}
-             for j in ds.KEY_JOBS}
+             for j in observing.KEY_JOBS}
     return {"dedup_key": {"pairs": pairs, "distinct": True}}
 
 
@@ -53,10 +54,11 @@ def test_a_missing_fresh_worker_fails_the_key_check():
 
 
 def test_the_fresh_worker_meets_another_job_first_and_goes_backwards():
-    order = ds.fresh_order()
-    assert order[0] not in {j for j, _ in ds.redeliveries()} | set(ds.KEY_JOBS)
+    order = observing.fresh_order()
+    streams = {j for j, _ in observing.redeliveries()} | set(observing.KEY_JOBS)
+    assert order[0] not in streams
     assert order[0] >= c01.N
-    assert order[1:] == list(reversed(ds.KEY_JOBS))
+    assert order[1:] == list(reversed(observing.KEY_JOBS))
 
 
 def test_a_failed_repeat_call_says_it_was_the_repeat():
@@ -92,4 +94,5 @@ def test_the_reference_reads_only_its_own_thread_s_prints(monkeypatch):
         done.set()
         t.join()
     assert said and seen.getvalue().splitlines() == said
-    assert set(ref["rows"]) == set(ds.ROWS) and set(ref["windows"]) == set(ds.WINDOWS)
+    assert set(ref["rows"]) == set(ds.ROWS)
+    assert set(ref["windows"]) == set(observing.WINDOWS)
