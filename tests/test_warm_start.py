@@ -311,3 +311,33 @@ def test_a_forked_worker_gets_its_pipes_and_its_gate(tmp_path, monkeypatch):
         os.close(read_fd)
         os.close(write_fd)
         w.close()
+
+
+INTERRUPTED = """import os, signal, sys, time
+from handson.infra import warm_start
+signal.signal(signal.SIGINT, lambda *_: print("caller interrupted", flush=True))
+s = warm_start.Starter("interrupted")
+child = s.start("eo_probe", ["sleep"], dict(os.environ), sys.argv[1],
+                pgid=os.getpgid(0))
+time.sleep(1)
+os.killpg(0, signal.SIGINT)          # as a kernel's interrupt reaches its group
+print("child", child.wait(timeout=30), flush=True)
+again = s.start("eo_probe", ["5"], dict(os.environ), None)
+print("server", s.proc.poll(), "next", again.wait(timeout=30), flush=True)
+"""
+
+
+def test_an_interrupt_of_the_callers_group_stops_its_child_not_the_server(
+        tmp_path):
+    """The interrupt reaches the child as a fresh interpreter's would (a
+    KeyboardInterrupt, exit code 1), and the server serves on, silent."""
+    (tmp_path / "eo_probe.py").write_text(SCRIPT)
+    res = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED, str(tmp_path / "log")], cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path])),
+        capture_output=True, text=True, timeout=120, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert res.stdout.splitlines() == ["caller interrupted", "child 1",
+                                       "server None next 5"], res.stdout + res.stderr
+    assert "KeyboardInterrupt" in (tmp_path / "log").read_text()
+    assert res.stderr == ""

@@ -139,6 +139,7 @@ def _child(req: dict, fds: list[int], server: int, ready: int,
         _name(req["module"])
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         log = req.get("log") or os.devnull
         want = {0: os.open(os.devnull, os.O_RDONLY),
                 1: os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)}
@@ -327,6 +328,10 @@ def serve(preload: tuple[str, ...] = (), base: bool = True) -> int:
         os.set_blocking(fd, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    # A kernel's interrupt reaches its whole group, this server too: it serves
+    # on (it ends with its caller), and says nothing (a child gets Python's
+    # own SIGINT handler back).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     children: dict[int, socket.socket | None] = {}  # pid -> the connection asking
     main = socket.socket(fileno=0)              # SOCK_SEQPACKET: one request each
     conns = {0: main}
