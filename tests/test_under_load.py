@@ -68,15 +68,19 @@ WAITS = """
 import json, os, signal, subprocess, time
 from handson.infra.schedstat import Waits, thread_ns
 os.sched_setaffinity(0, {0})
-with Waits() as waits:
+# Read at each edge (a sampler thread on this CPU, beside the hog, may come
+# by only after the stop, and then hand the spinning's waits to it too).
+with Waits(tick=60) as waits:
     a = time.monotonic()
+    waits.sample(a)
     while time.monotonic() < a + 0.6:
         pass
     b = time.monotonic()
+    waits.sample(b)
     subprocess.Popen(["sh", "-c", f"sleep 0.6; kill -CONT {os.getpid()}"])
     os.kill(os.getpid(), signal.SIGSTOP)
     c = time.monotonic()
-    time.sleep(0.05)
+    waits.sample(c)
 print(json.dumps({"spinning": waits.between(a, b), "stopped": waits.between(b, c),
                   "stop_s": c - b,
                   "counted": thread_ns(os.getpid()) is not None}))

@@ -97,6 +97,12 @@ class Waits:
         self.waited.append(max(total, self.waited[-1] if self.waited else 0.0))
         self.times.append(time.monotonic())
 
+    def sample(self, at: float) -> None:
+        """Read the threads now, as of `at` (a moment the caller just noted):
+        for a caller that knows when it matters, instead of polling."""
+        self._sample(self._pids())
+        self.times[-1] = at
+
     def _run(self) -> None:
         n = 0
         self.pids = self._pids()
@@ -164,12 +170,6 @@ class ThreadWaits(Waits):
             snap.update({(pid, tid): ns for tid, ns in thread_times(pid).items()})
         self.snaps.append(snap)
         self.times.append(time.monotonic())
-
-    def sample(self, at: float) -> None:
-        """Read the threads now, as of `at` (a moment the caller just noted):
-        for a caller that knows when it matters, instead of polling."""
-        self._sample(self._pids())
-        self.times[-1] = at
 
     def between(self, a: float, b: float) -> float:
         if not self.times or self.times[-1] < b:
