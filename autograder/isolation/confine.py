@@ -45,7 +45,7 @@ listens for us, and a jupyter kernel must use IPC transport (files in the work
 dir), not TCP.
 """
 
-
+from __future__ import annotations
 
 import argparse
 import contextlib

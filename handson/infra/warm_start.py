@@ -328,10 +328,10 @@ def serve(preload: tuple[str, ...] = (), base: bool = True) -> int:
         os.set_blocking(fd, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    # A kernel's interrupt reaches its whole group, this server too: it serves
-    # on (it ends with its caller), and says nothing (a child gets Python's
-    # own SIGINT handler back).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A kernel's interrupt reaches its whole group, this server too: it ends,
+    # and what it started with it, as it always did, but without a traceback
+    # (each child gets Python's own SIGINT handler back).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     children: dict[int, socket.socket | None] = {}  # pid -> the connection asking
     main = socket.socket(fileno=0)              # SOCK_SEQPACKET: one request each
     conns = {0: main}
