@@ -42,8 +42,8 @@ from pathlib import Path
 
 import psutil
 
-from autograder.isolation import cgroup as cgroups
 from autograder.isolation import confine
+from autograder.isolation.cgroup import Cgroup, account
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -420,7 +420,7 @@ def learner_prefix(workdir: str | os.PathLike, redis_url: str | None = None,
 
 def cleanup(workdir: str | os.PathLike) -> list[str]:
     """Kill whatever still runs in a run's cgroup and remove it; what was killed."""
-    cgroup = cgroups.Cgroup(confine.run_id(str(workdir)))
+    cgroup = Cgroup(confine.run_id(str(workdir)))
     killed = []
     for d in cgroup.dirs.values():
         for _ in range(20):
@@ -438,7 +438,7 @@ def cleanup(workdir: str | os.PathLike) -> list[str]:
             time.sleep(0.05)
     # Its CPU goes to the cost log as its last launcher would have added it:
     # a host's launcher killed with its harness never does.
-    cgroups.account("learner", cgroup.remove())
+    account("learner", cgroup.remove())
     return killed
 
 
