@@ -90,7 +90,8 @@ def test_the_kernel_may_read_its_runner_and_no_other_grader_file():
     files = [Path(f).relative_to(ROOT).as_posix() for f in sandbox.kernel_read_paths()]
     grader = {f for f in files if f.startswith("autograder/")}
     assert grader == {"autograder/__init__.py", "autograder/notebooks/__init__.py",
-                      "autograder/notebooks/run_notebook.py"}, grader
+                      "autograder/notebooks/run_notebook.py",
+                      "autograder/notebooks/writefile_cells.py"}, grader
     assert all(f.startswith("handson/") for f in set(files) - grader), files
     assert all((ROOT / f).is_file() for f in files)
 

@@ -15,6 +15,9 @@ whole of its time limit, and a class pays that once per such notebook; one
 that ignores the interrupt has its kernel killed, which ends the run. A cell
 that waits (a sleep, a blocking read) uses no CPU and meets only its time limit.
 The summary names the cells, and says what CPU each used.
+
+A notebook whose code cells only write files (`%%writefile`, all but one
+assignment's) is run without a kernel (`writefile_cells`), unless --kernel.
 """
 
 from __future__ import annotations
@@ -27,11 +30,7 @@ import sys
 import threading
 import time
 
-import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
-from traitlets.config import Config
-
+from autograder.notebooks import writefile_cells
 from handson.infra import schedstat
 
 TICK_S = 0.2        # how often a cell's CPU is read
@@ -98,7 +97,17 @@ def _cell_id(cell, index: int) -> str:
 
 
 def execute(src: str, dst: str, summary_path: str, cell_timeout: float,
-            cell_cpu: float | None = None) -> dict:
+            cell_cpu: float | None = None, kernel: bool = False) -> dict:
+    if not kernel:
+        done = writefile_cells.execute(src, dst, summary_path, _cell_id, cell_cpu)
+        if done is not None:
+            return done
+    # Imported here: a notebook of `%%writefile` cells needs none of it (0.2 s).
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from traitlets.config import Config
+
     nb = nbformat.read(src, as_version=4)
     cwd = os.path.dirname(os.path.abspath(src))
     def timeout_of(cell) -> float:
@@ -191,8 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cell-timeout", type=float, required=True)
     p.add_argument("--cell-cpu", type=float, default=None,
                    help="CPU-seconds a cell may use (default: no such limit)")
+    p.add_argument("--kernel", action="store_true",
+                   help="run every notebook in a kernel, one of %%%%writefile "
+                   "cells too")
     args = p.parse_args(argv)
-    execute(args.src, args.dst, args.summary, args.cell_timeout, args.cell_cpu)
+    execute(args.src, args.dst, args.summary, args.cell_timeout, args.cell_cpu,
+            args.kernel)
     return 0
 
 
