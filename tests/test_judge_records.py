@@ -258,13 +258,56 @@ def test_a_claim_killed_between_its_trips_dies_in_the_learner_s_process_too(
         shutil.copy(QUEUES / f"{name}.py", tmp_path / f"{name}.py")
     module = tmp_path / "claim_two_trips.py"
     module.write_text(module.read_text() + STATS_THREAD)
-    try:
-        found, _ = queue_runs.contract(str(module), redis_url,
-                                       ["claim_atomic_concurrent"], 150)
-    finally:
-        sandbox.cleanup(tmp_path)
-    res = found["claim_atomic_concurrent"]
+    res, _ = _claim_kill_check(module, redis_url)
     assert not res["ok"] and "jobs were gone" in res["got"], res
+
+
+def _claim_kill_check(module: Path, redis_url: str) -> tuple[dict, list]:
+    """claim_atomic_concurrent on `module`, sandboxed as the grader runs it."""
+    try:
+        found, left = queue_runs.contract(str(module), redis_url,
+                                          ["claim_atomic_concurrent"], 150)
+    finally:
+        sandbox.cleanup(module.parent)
+    return found["claim_atomic_concurrent"], left
+
+
+DIES_AFTER_A_KILL = '''
+
+import glob  # noqa: E402
+
+# Each process that imports this marks it (a host's PID is 1 or 2 in a
+# namespace of its own): the check's host and the first claimer's claim, and
+# a third process, and each after it, ends itself at its first claim.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_BEFORE = len(glob.glob(os.path.join(_HERE, "host-*")))
+open(os.path.join(_HERE, f"host-{uuid.uuid4().hex}"), "w").close()
+_reference_claim = claim
+
+
+def claim(r, lease_s):
+    if _BEFORE >= 2:
+        os._exit(3)
+    return _reference_claim(r, lease_s)
+'''
+
+
+def test_a_claimer_host_that_dies_by_itself_is_not_restarted_without_end(
+        tmp_path, redis_url):
+    """Under the grader the kill test restarts a claimer's host only for a
+    kill it made: a host that ends itself at each claim is a worker that
+    crashed, so the check says no claimer got going instead of starting one
+    host after another until its limit."""
+    shutil.copy(QUEUES / "mini_correct.py", tmp_path / "mini_correct.py")
+    module = tmp_path / "dies.py"
+    module.write_text((QUEUES / "mini_correct.py").read_text() + DIES_AFTER_A_KILL)
+    res, left = _claim_kill_check(module, redis_url)
+    assert not res["ok"] and "1 of 24 SIGKILLs landed" in res["got"], res
+    hosts = list(tmp_path.glob("host-*"))
+    # the check's, the killed one, the next (one more if the kill came
+    # between two claims: its next claim starts a host, unasked)
+    assert 3 <= len(hosts) <= 4, hosts
+    assert not left
 
 
 def test_a_hole_the_contract_checks_showed_fails_its_chaos_check_every_time():

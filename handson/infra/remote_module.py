@@ -568,6 +568,13 @@ class RemoteModule:
         if ours:                # a forked child's old host is its parent's
             old.close()
 
+    def kill(self) -> None:
+        """SIGKILL the host now, wherever its call is, as a worker dies: that
+        call raises LearnerProcessDied, and the next one starts a new host."""
+        with self._lock:
+            host = self._host
+        host.close()
+
     def _call(self, fn: str, args: tuple, kwargs: dict,
               timeout: float | None = None):
         if timeout is None:     # read now: a fork of a server has its own

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import Counter
 
+from handson.infra import remote_module
 from handson.queues.checkbase import (
     _SPEC,
     LEASE,
@@ -113,8 +114,82 @@ def _claim_forever(spec: str, url: str, claimed, parent: int) -> None:
             claimed.value += 1
 
 
+class _ForkedClaimer:
+    """A claimer where the learner's module is imported (no grader): a child
+    process, killed with its group and forked anew."""
+
+    def __init__(self, url: str):
+        self.url, self.before, self.proc, self.counter = url, 0, None, None
+        self.ctx = multiprocessing.get_context("fork")
+        self.restart()
+
+    def claims(self) -> int:
+        return self.before + (self.counter.value if self.counter else 0)
+
+    def restart(self) -> None:
+        if self.proc is not None:
+            _kill_group(self.proc)
+            self.before += self.counter.value
+        self.counter = self.ctx.RawValue("q", 0)
+        self.proc = self.ctx.Process(target=_claim_forever, args=(
+            _SPEC[0], self.url, self.counter, os.getpid()))
+        self.proc.start()
+
+    def stop(self) -> None:
+        _kill_group(self.proc)
+
+
+class _HostedClaimer:
+    """A claimer under the grader, where the learner's module already runs in a
+    host of its own: the kill ends that host wherever its claim is, and the
+    claiming thread here goes on with a new host, as a restarted worker would
+    (no fork of the check per kill: about 0.3 CPU-s less a grade). A host that dies
+    when no kill was made is not restarted: like a worker that crashed."""
+
+    def __init__(self, url: str):
+        self.module = remote_module.load(_SPEC[0], remote_module.prefix_from_env(),
+                                         "a claimer")
+        self.client, self.count, self.kills, self.restarts = _client(url), 0, 0, 0
+        self.done = False
+        self.thread = threading.Thread(target=self._claim, daemon=True)
+        self.thread.start()
+
+    def _claim(self) -> None:
+        try:
+            while not self.done:
+                try:
+                    job = self.module.claim(self.client, LEASE)
+                except remote_module.LearnerProcessDied:
+                    if self.done or self.restarts >= self.kills:
+                        return          # not our kill: a worker that crashed
+                    self.restarts += 1  # the next call starts the next host
+                    continue
+                except Exception:       # it stops, as a worker whose claim raised
+                    return
+                if job is None:
+                    time.sleep(0.001)
+                else:
+                    self.count += 1
+        finally:
+            self.module.close()         # the host it started last
+
+    def claims(self) -> int:
+        return self.count
+
+    def restart(self) -> None:
+        self.kills += 1                 # first: the kill may land in the next call
+        self.module.kill()
+
+    def stop(self) -> None:
+        self.done = True
+        self.module.kill()              # a claim under way ends; the thread ends
+        self.thread.join(5)
+        self.module.close()
+
+
 # How long a claimer may go without a claim while jobs are pending (a restart
-# included: a fork and a host, about 0.1 s, more on a loaded machine).
+# included: a host, or a fork without the grader, about 0.05 s, more on a
+# loaded machine).
 STILL_S = 15.0
 KILLS_S = 60.0          # for all the kills: about 0.1 s each on a quiet machine
 
@@ -144,46 +219,35 @@ def _claims_survive_kills(q, r, url, n: int = 400, workers: int = 1,
         while enqueued[0] - claimed() - landed < n // 2:
             add(n // 4)
 
-    ctx = multiprocessing.get_context("fork")
     rng = random.Random(0)
-    procs, counters, before = [], [], [0]    # before: claims of the killed
+    kind = (_HostedClaimer if isinstance(q, remote_module.RemoteModule)
+            else _ForkedClaimer)
+    claimers: list = []
 
     def claimed() -> int:
-        return before[0] + sum(c.value for c in counters if c is not None)
-
-    def start(i: int) -> None:
-        if counters[i] is not None:
-            before[0] += counters[i].value
-        counters[i] = ctx.RawValue("q", 0)
-        procs[i] = ctx.Process(target=_claim_forever,
-                               args=(_SPEC[0], url, counters[i], os.getpid()))
-        procs[i].start()
+        return sum(c.claims() for c in claimers)
 
     try:
         add(n)
-        for i in range(workers):
-            procs.append(None)
-            counters.append(None)
-            start(i)
+        for _ in range(workers):
+            claimers.append(kind(url))
         landed, still, deadline = 0, False, time.monotonic() + KILLS_S
         while landed < kills and time.monotonic() < deadline:
-            i = rng.randrange(workers)
-            seen_at = counters[i].value
+            victim = claimers[rng.randrange(workers)]
+            seen_at = victim.claims()
             wait_until = time.monotonic() + STILL_S
-            while counters[i].value == seen_at and time.monotonic() < wait_until:
+            while victim.claims() == seen_at and time.monotonic() < wait_until:
                 top_up(landed)
                 time.sleep(0.0005)
-            if counters[i].value == seen_at:
+            if victim.claims() == seen_at:
                 still = True
                 break                    # it claims nothing: judged below
             time.sleep(rng.uniform(0, 0.002))
-            _kill_group(procs[i])
+            victim.restart()
             landed += 1
-            start(i)
     finally:
-        for p in procs:
-            if p is not None:
-                _kill_group(p)
+        for c in claimers:
+            c.stop()
     seen: set = set()
     for _ in range(20):                  # drain: everything claimed by the dead
         time.sleep(PAST)                 # expires, is reaped and claimed here
