@@ -29,6 +29,8 @@ CELLS = [
     "%%writefile e.py\n  an indented body\n  stays indented\n",
     "%%writefile --append f.py\nnew\n",
     "%%writefile a.py\nrewritten\n",
+    "%%writefile g.py -a\nafter the name\n",
+    "%%writefile --app g.py\nabbreviated\n",
     "%%writefile adir\nthis is a folder\n",
 ]
 
@@ -65,11 +67,12 @@ def test_writefile_cells_leave_what_a_kernel_leaves(tmp_path):
     summary, written = _run(tmp_path / "written", CELLS)
     assert "kernel" not in kernel_summary and summary["kernel"] is False
     assert written == by_kernel
-    assert set(written["files"]) == {"a.py", "b.txt", "c.py", "d.py", "e.py", "f.py"}
+    assert set(written["files"]) == {"a.py", "b.txt", "c.py", "d.py", "e.py", "f.py",
+                                     "g.py"}
     assert written["files"]["d.py"] == b"x = 1\ny\nz\n"       # IPython's doing
     assert [(e["cell"], e["ename"]) for e in summary["errors"]] == [
         (e["cell"], e["ename"]) for e in kernel_summary["errors"]] == [
-        ("cell 10", "IsADirectoryError")]
+        ("cell 12", "IsADirectoryError")]
     assert summary["executed"] == kernel_summary["executed"] == len(CELLS)
 
 
@@ -79,16 +82,21 @@ def test_writefile_cells_leave_what_a_kernel_leaves(tmp_path):
     "%%writefile ~/x.py\nx = 1\n",
     "%%writefile ../x.py\nx = 1\n",
     "%%writefile 'quoted.py'\nx = 1\n",
-    "%%writefile -a -a x.py\nx = 1\n",
     "%%writefile x.py\n",                     # an empty body: a UsageError
     "%%writefile x.py y.py\nx = 1\n",
     "%%writefile?\n",
     "%%writefilex x.py\nx = 1\n",
     "  %%writefile x.py\nx = 1\n",
+    "%%writefile x.py\u00a0-a\nx = 1\n",       # one name to IPython, not two words
+    "%%writefile -a\u3000x.py\nx = 1\n",
+    "%%writefile x.py --bogus\nx = 1\n",
+    "%%writefile kernel-1\nx = 1\n",          # a kernel's socket is there
+    {"source": "%%writefile x.py\nx = 1\n", "metadata": {"tags": ["skip-execution"]}},
 ])
 def test_any_other_code_cell_needs_a_kernel(cell):
+    cell = {"source": cell} if isinstance(cell, str) else cell
     cells = [{"cell_type": "code", "source": "%%writefile ok.py\nx = 1\n"},
-             {"cell_type": "code", "source": cell}]
+             {"cell_type": "code", **cell}]
     assert writefile_cells.plan(cells[:1]) == [(0, "ok.py", False, "x = 1\n")]
     assert writefile_cells.plan(cells) is None
 

@@ -18,11 +18,14 @@ import os
 import re
 import time
 
-# A file name IPython passes on as it is: no quotes, `~`, `$`, `{}`, path or
-# option; what its argument parser and `expanduser` leave unchanged.
+# A magic line IPython's variable expansion leaves as it is (no `$`, `{}`),
+# and a file name its argument parser and `expanduser` pass on unchanged (no
+# quotes, `~`, path or other whitespace).
+LINE = re.compile(r"[A-Za-z0-9_.\- \t]*")
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
-APPEND = ("-a", "--append")
+SOCKET = re.compile(r"kernel-\d+")      # where a kernel's channels would be
 CALL = "get_ipython().run_cell_magic(%r, %r, %r)\n"
+SKIP_TAG = "skip-execution"     # nbclient leaves a cell so tagged unrun
 
 
 def _source(cell: dict) -> str:
@@ -56,17 +59,31 @@ def plan(cells: list[dict]) -> list[tuple[int, str, bool, str]] | None:
         if cell.get("cell_type") != "code":
             continue
         source = _source(cell)
-        if not source.startswith("%%writefile"):
+        if (not source.startswith("%%writefile")
+                or SKIP_TAG in (cell.get("metadata", {}).get("tags") or [])):
             return None
         magic = _magic(source)
-        if magic is None or magic[0] != "writefile" or magic[2] == "":
+        if (magic is None or magic[0] != "writefile" or magic[2] == ""
+                or not LINE.fullmatch(magic[1])):
             return None         # an empty body is IPython's UsageError
-        words = magic[1].split()
-        names = [w for w in words if w not in APPEND]
-        if len(names) != 1 or len(words) > 2 or not NAME.fullmatch(names[0]):
+        args = _arguments(magic[1])
+        if (args is None or not NAME.fullmatch(args.filename)
+                or SOCKET.fullmatch(args.filename)):
             return None
-        steps.append((index, names[0], len(words) == 2, magic[2]))
+        steps.append((index, args.filename, bool(args.append), magic[2]))
     return steps
+
+
+def _arguments(line: str):
+    """The magic's own reading of its line; None where it would refuse it."""
+    from IPython.core import magic_arguments
+    from IPython.core.error import UsageError
+    from IPython.core.magics.osm import OSMagics
+
+    try:
+        return magic_arguments.parse_argstring(OSMagics.writefile, line)
+    except UsageError:
+        return None
 
 
 def _stdout(text: str) -> dict:
