@@ -39,12 +39,12 @@ def _magic(source: str) -> tuple[str, str, str] | None:
     # Imported here: only a notebook of `%%writefile` cells comes this far.
     from IPython.core.inputtransformer2 import TransformerManager
 
-    code = TransformerManager().transform_cell(source)
     try:
+        code = TransformerManager().transform_cell(source)
         [stmt] = ast.parse(code).body
         args = stmt.value.args
         words = tuple(ast.literal_eval(a) for a in args)
-    except (SyntaxError, ValueError, AttributeError, TypeError):
+    except Exception:           # whatever IPython would make of it, a kernel will
         return None
     if len(words) != 3 or not all(isinstance(w, str) for w in words):
         return None
