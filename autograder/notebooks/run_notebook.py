@@ -98,10 +98,13 @@ def _cell_id(cell, index: int) -> str:
 
 def execute(src: str, dst: str, summary_path: str, cell_timeout: float,
             cell_cpu: float | None = None, kernel: bool = False) -> dict:
-    if not kernel:
-        done = writefile_cells.execute(src, dst, summary_path, _cell_id, cell_cpu)
-        if done is not None:
-            return done
+    summary: dict = {"errors": [], "timed_out": [], "cpu_limited": [],
+                     "cpu_s": {}, "kernel_died": None, "cpu_killed": None,
+                     "executed": 0,
+                     "cell_cpu_s": cell_cpu}
+    if not kernel and writefile_cells.execute(src, dst, summary_path, _cell_id,
+                                              summary):
+        return summary
     # Imported here: a notebook of `%%writefile` cells needs none of it (0.2 s).
     import nbformat
     from nbclient import NotebookClient
@@ -130,10 +133,6 @@ def execute(src: str, dst: str, summary_path: str, cell_timeout: float,
         # no arguments of ours: the kernel's command line is a learner's own
         # (the grade leaves its log lines out of what it shows, `grade._NOISE`)
         shutdown_kernel="immediate")
-    summary: dict = {"errors": [], "timed_out": [], "cpu_limited": [],
-                     "cpu_s": {}, "kernel_died": None, "cpu_killed": None,
-                     "executed": 0,
-                     "cell_cpu_s": cell_cpu}
     watch = None
     try:
         with client.setup_kernel():

@@ -109,20 +109,19 @@ def write(name: str, append: bool, body: str) -> list[dict]:
 
 
 def execute(src: str, dst: str, summary_path: str, cell_id,
-            cell_cpu: float | None) -> dict | None:
+            summary: dict) -> bool:
     """Run the notebook at `src` without a kernel, as `run_notebook.execute`
-    would with one (the executed copy at `dst`, the summary at
-    `summary_path`); None, having written nothing, if it needs a kernel."""
+    would with one: the executed copy at `dst`, `summary` (the runner's, still
+    empty) filled in and written to `summary_path`. False, having written
+    nothing, if it needs a kernel."""
     with open(src, encoding="utf-8") as fh:
         nb = json.load(fh)
     steps = plan(nb.get("cells", []))
     if steps is None:
-        return None
+        return False
     dst, summary_path = os.path.abspath(dst), os.path.abspath(summary_path)
     os.chdir(os.path.dirname(os.path.abspath(src)))   # the kernel's directory
-    summary: dict = {"errors": [], "timed_out": [], "cpu_limited": [],
-                     "cpu_s": {}, "kernel_died": None, "cpu_killed": None,
-                     "executed": 0, "cell_cpu_s": cell_cpu, "kernel": False}
+    summary["kernel"] = False
     for count, (index, name, append, body) in enumerate(steps, 1):
         cell = nb["cells"][index]
         began = time.process_time()
@@ -139,4 +138,4 @@ def execute(src: str, dst: str, summary_path: str, cell_id,
         fh.write("\n")
     with open(summary_path, "w") as fh:
         json.dump(summary, fh)
-    return summary
+    return True

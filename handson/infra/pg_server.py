@@ -176,14 +176,19 @@ def template(initdb: str, postgres: str) -> tuple[str, str] | None:
         return None
 
 
+def _write_secret(path: str, password: str) -> None:
+    """A new file only its owner may read, holding `password` (initdb's
+    --pwfile, or the template's kept password)."""
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(password + "\n")
+
+
 def _make_template(tmp: str, initdb: str) -> None:
     """initdb in `tmp/data`, its superuser's password in `tmp/password`."""
     password = secrets.token_urlsafe(24)
     pwfile = os.path.join(tmp, "pw")
     for path in (pwfile, os.path.join(tmp, "password")):
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
-                  "w") as f:
-            f.write(password + "\n")
+        _write_secret(path, password)
     try:
         hooks = _as_user() or []
     except PostgresUnavailable as err:      # root with no `nobody`
@@ -272,10 +277,7 @@ class Server:
         return self
 
     def _write_pwfile(self) -> None:
-        pwfile = os.path.join(self.home, "pw")
-        with open(os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
-                  "w") as f:
-            f.write(self.password + "\n")
+        _write_secret(os.path.join(self.home, "pw"), self.password)
 
     def _run(self, login: str, timeout_s: float) -> None:
         """Start the server and wait until `login` gets in; if it cannot, the

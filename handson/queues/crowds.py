@@ -124,7 +124,7 @@ class _ForkedClaimer:
         self.restart()
 
     def claims(self) -> int:
-        return self.before + (self.counter.value if self.counter else 0)
+        return self.before + self.counter.value
 
     def restart(self) -> None:
         if self.proc is not None:
